@@ -1,0 +1,88 @@
+"""Every exception respire_actors raises, in one tree.
+
+::
+
+    RespireError
+    ├── ValidationError (also ValueError)   bad input, raised before anything is sent to Redis
+    ├── ConfigurationError                  a setting that cannot work (bad URL, mismatched policy)
+    ├── RedisUnavailable                    cannot reach the server, or the connection dropped
+    │   └── CommandTimeout (also TimeoutError)  no reply within the command timeout
+    ├── UnsupportedServer                   the server is older than Redis 7.0
+    ├── ServerError                         the server refused a command
+    │   ├── PermissionDenied                ACL refused a command (NOPERM or our preflight)
+    │   ├── WrongKeyType                    a key holds another type than the queue expects
+    │   ├── ScriptError                     a Lua script reported a broken invariant
+    │   └── TransactionAborted              WATCH saw a change; nothing in the transaction ran
+    └── EmbeddedServerError                 the embedded valkey-server could not start or stopped
+
+Errors raised by coredis are mapped to this tree in ``respire_actors.redis.client`` and
+nowhere else. A ``ServerError`` keeps the server's code (``WRONGTYPE``, ``NOPERM``,
+``RESPIRE_STALE``...) in :attr:`ServerError.code`.
+"""
+
+from __future__ import annotations
+
+
+class RespireError(Exception):
+    """Base class of every error raised by respire_actors."""
+
+
+class ValidationError(RespireError, ValueError):
+    """An argument is invalid. Raised before any command is sent, so nothing was written."""
+
+
+class ConfigurationError(RespireError):
+    """A setting cannot work: a malformed Redis URL, a policy that disagrees with Redis, ..."""
+
+
+class RedisUnavailable(RespireError):
+    """The server could not be reached, or the connection broke mid-command.
+
+    A mutating command that fails this way may or may not have run: retry only operations that
+    are safe to repeat (every respire_actors transition is).
+    """
+
+
+class CommandTimeout(RedisUnavailable, TimeoutError):
+    """No reply arrived within the command timeout. The command may still have run."""
+
+
+class UnsupportedServer(RespireError):
+    """The server is older than the minimum supported version (Redis 7.0)."""
+
+
+class ServerError(RespireError):
+    """The server answered with an error.
+
+    ``code`` is the first word of the server's message (for example ``WRONGTYPE`` or
+    ``RESPIRE_STALE``); ``detail`` is the rest.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        code, _, detail = message.partition(" ")
+        self.code = code if code.isupper() else ""
+        self.detail = detail if self.code else message
+
+
+class PermissionDenied(ServerError):
+    """An ACL rule refused a command the operation needs. Grant it (see the docs) and retry."""
+
+
+class WrongKeyType(ServerError):
+    """A key holds a different type than the queue expects. Reserve the queue's namespace."""
+
+
+class ScriptError(ServerError):
+    """A Lua script stopped on a broken invariant; it wrote nothing (scripts preflight first)."""
+
+
+class TransactionAborted(ServerError):
+    """A watched key changed before EXEC, so the transaction ran nothing. Retry it."""
+
+    def __init__(self, message: str = "watched key changed; transaction discarded") -> None:
+        super().__init__(message)
+
+
+class EmbeddedServerError(RespireError):
+    """The embedded valkey-server could not be started, or exited unexpectedly."""

@@ -1,0 +1,157 @@
+"""Every Redis key name respire_actors uses is built here, and nowhere else.
+
+Each queue keeps all its keys under one hash tag, so every multi-key script touches a single
+Redis Cluster slot. A client key prefix is prepended to every key: a prefix that carries its own
+hash tag (``"{tenant-7}:"``) moves all of a tenant's queues into that one slot instead.
+
+Job queue ``email`` (prefix ``P``)::
+
+    P{respire-job:email}:ready            ready stream (consumer group "respire")
+    P{respire-job:email}:dead             default dead-letter stream
+    P{respire-job:email}:events           progress / completed / dead-letter / pause events
+    P{respire-job:email}:control          control hash (pause flag, rate-limit policy and usage)
+    P{respire-job:email}:dedup:<sha256>   deduplication record of one job id
+    P{respire-job:email}:logs:<sha256>    capped per-job log list
+    P{respire-job:email}:scheduled        staging stream of delayed jobs and durable retries
+    P{respire-job:email}:due              due-time index of the staging stream
+
+Reliable queue ``orders``::
+
+    P{respire-queue:orders}:stream / :deadlines / :dead / :dedup:<sha256> / :receipts
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from .errors import ValidationError
+
+MAX_NAME_BYTES = 512
+
+
+def validate_name(name: object, *, what: str = "queue name") -> str:
+    """Check a queue, topic or subscription name: a nonblank str without braces.
+
+    Raises :class:`ValidationError` (before anything is sent to Redis).
+    """
+    if not isinstance(name, str):
+        raise ValidationError(f"{what} must be a str, got {type(name).__name__}")
+    if not name.strip():
+        raise ValidationError(f"{what} must not be blank")
+    if "{" in name or "}" in name:
+        raise ValidationError(f"{what} {name!r} must not contain braces (they would break the hash tag)")
+    try:
+        encoded = name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValidationError(f"{what} {name!r} is not valid Unicode") from None
+    if len(encoded) > MAX_NAME_BYTES:
+        raise ValidationError(f"{what} is {len(encoded)} bytes; the limit is {MAX_NAME_BYTES}")
+    return name
+
+
+def digest(identity: str) -> str:
+    """The hex SHA-256 of an application identity, used inside key names."""
+    return hashlib.sha256(identity.encode("utf-8")).hexdigest()
+
+
+def hash_tag(key: str) -> str:
+    """The part of ``key`` Redis Cluster hashes (the first non-empty ``{...}``, else all)."""
+    start = key.find("{")
+    if start >= 0:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            return key[start + 1 : end]
+    return key
+
+
+def same_slot(*keys: str) -> bool:
+    """True when all keys share one hash tag (so one cluster slot)."""
+    return len({hash_tag(k) for k in keys}) <= 1
+
+
+@dataclass(frozen=True, slots=True)
+class JobQueueKeys:
+    """Key names of one job queue."""
+
+    name: str
+    prefix: str = ""
+
+    def __post_init__(self) -> None:
+        validate_name(self.name)
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}{{respire-job:{self.name}}}"
+
+    @property
+    def ready(self) -> str:
+        return f"{self.base}:ready"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.base}:dead"
+
+    @property
+    def events(self) -> str:
+        return f"{self.base}:events"
+
+    @property
+    def control(self) -> str:
+        return f"{self.base}:control"
+
+    @property
+    def scheduled(self) -> str:
+        return f"{self.base}:scheduled"
+
+    @property
+    def due(self) -> str:
+        return f"{self.base}:due"
+
+    def dedup(self, job_id: str) -> str:
+        return f"{self.base}:dedup:{digest(job_id)}"
+
+    def logs(self, job_id: str) -> str:
+        return f"{self.base}:logs:{digest(job_id)}"
+
+    def custom(self, suffix: str) -> str:
+        """A caller-chosen key inside this queue's slot (e.g. a dead-letter override)."""
+        return f"{self.base}:{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class ReliableQueueKeys:
+    """Key names of one reliable message queue (or one topic subscription)."""
+
+    name: str
+    prefix: str = ""
+    kind: str = "queue"
+
+    def __post_init__(self) -> None:
+        validate_name(self.name)
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}{{respire-{self.kind}:{self.name}}}"
+
+    @property
+    def stream(self) -> str:
+        return f"{self.base}:stream"
+
+    @property
+    def deadlines(self) -> str:
+        return f"{self.base}:deadlines"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.base}:dead"
+
+    @property
+    def meta(self) -> str:
+        return f"{self.base}:meta"
+
+    def dedup(self, dedup_id: str) -> str:
+        return f"{self.base}:dedup:{digest(dedup_id)}"
+
+    def custom(self, suffix: str) -> str:
+        return f"{self.base}:{suffix}"

@@ -1,0 +1,121 @@
+"""Lua scripts shipped as package files, loaded once and run by SHA.
+
+Scripts live in ``respire_actors/scripts/<name>-<number of keys>.lua``. A line
+``--!include lib/<helper>.lua`` is replaced by that helper's text (cycles are an error).
+A script runs by EVALSHA; a ``NOSCRIPT`` reply (the server lost its cache, or failed over)
+is answered with a full EVAL, which is safe because NOSCRIPT means nothing ran. Inside
+MULTI/EXEC a script is always queued as a full EVAL so a cache miss cannot abort the
+transaction half-way.
+
+Scripts report expected outcomes as return values and broken invariants as error replies
+whose first word starts with ``RESPIRE_``; :func:`respire_actors.redis.client.map_error`
+turns those into typed exceptions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from ..errors import ServerError
+from .client import Arg, Pending, RedisClient, Transaction
+
+_INCLUDE = re.compile(r"^--!include\s+(\S+)\s*$", re.MULTILINE)
+_NAME = re.compile(r"^(?P<name>[a-z0-9_]+)-(?P<keys>\d+)\.lua$")
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One loaded Lua script: its name, the number of keys it takes and its source."""
+
+    name: str
+    numkeys: int
+    source: str
+    sha: str
+
+    def _check(self, keys: Sequence[str]) -> None:
+        if len(keys) != self.numkeys:
+            raise TypeError(f"script {self.name} takes {self.numkeys} keys, got {len(keys)}")
+
+    def evalsha_args(self, keys: Sequence[str], args: Sequence[Arg]) -> tuple[Arg, ...]:
+        self._check(keys)
+        return ("EVALSHA", self.sha, self.numkeys, *keys, *args)
+
+    def eval_args(self, keys: Sequence[str], args: Sequence[Arg]) -> tuple[Arg, ...]:
+        self._check(keys)
+        return ("EVAL", self.source, self.numkeys, *keys, *args)
+
+    async def __call__(self, client: RedisClient, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        """Run the script (EVALSHA, then EVAL on NOSCRIPT). Raises mapped errors.
+
+        If cancelled, the script may still run on the server; every respire_actors script is
+        written so that running it again is harmless.
+        """
+        try:
+            return await client.execute(*self.evalsha_args(keys, args))
+        except ServerError as exc:
+            if exc.code != "NOSCRIPT":
+                raise
+        return await client.execute(*self.eval_args(keys, args))
+
+    def queue_in(
+        self, tx: Transaction, keys: Sequence[str], args: Sequence[Arg], convert: Any = None
+    ) -> Pending[Any]:
+        """Queue the script in a transaction, as a full EVAL."""
+        return tx.queue(*self.eval_args(keys, args), convert=convert)
+
+
+async def run_many(
+    client: RedisClient, calls: Sequence[tuple[Script, Sequence[str], Sequence[Arg]]]
+) -> list[Any]:
+    """Run many script calls in one pipelined round trip (not atomic as a whole).
+
+    Returns each reply, or the mapped exception for that call. Calls answered NOSCRIPT did not
+    run and are re-sent once as full EVALs.
+    """
+    replies = await client.pipeline([s.evalsha_args(k, a) for s, k, a in calls])
+    missing = [
+        i for i, r in enumerate(replies) if isinstance(r, ServerError) and r.code == "NOSCRIPT"
+    ]
+    if missing:
+        again = await client.pipeline([calls[i][0].eval_args(calls[i][1], calls[i][2]) for i in missing])
+        for i, reply in zip(missing, again, strict=True):
+            replies[i] = reply
+    return replies
+
+
+def _read(path: str) -> str:
+    return resources.files("respire_actors").joinpath("scripts", path).read_text("utf-8")
+
+
+def _resolve(path: str, seen: tuple[str, ...]) -> str:
+    if path in seen:
+        chain = " -> ".join((*seen, path))
+        raise RuntimeError(f"Lua include cycle: {chain}")
+    text = _read(path)
+    return _INCLUDE.sub(lambda m: _resolve(m.group(1), (*seen, path)).rstrip("\n"), text)
+
+
+@cache
+def load(name: str) -> Script:
+    """Load ``scripts/<name>-<n>.lua`` (``name`` without the key count), includes resolved."""
+    folder = resources.files("respire_actors").joinpath("scripts")
+    for entry in folder.iterdir():
+        match = _NAME.match(entry.name)
+        if match and match.group("name") == name:
+            source = _resolve(entry.name, ())
+            sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
+            return Script(name, int(match.group("keys")), source, sha)
+    raise LookupError(f"no Lua script named {name!r} in respire_actors/scripts")
+
+
+def all_scripts() -> list[Script]:
+    """Every shipped script (used by tests and ``respire_actors scripts``)."""
+    folder = resources.files("respire_actors").joinpath("scripts")
+    names = sorted(m.group("name") for e in folder.iterdir() if (m := _NAME.match(e.name)))
+    return [load(n) for n in names]
