@@ -1,0 +1,79 @@
+"""The completer: commits outcomes in batches, one fenced script call per batch.
+
+Fencing makes a commit safe to repeat: after a lost reply the retry finds the entry no longer
+pending for this attempt and writes nothing (no second event). On stop the completer drains
+its mailbox before returning, so handlers that finished are committed.
+"""
+
+from __future__ import annotations
+
+import anyio
+import anyio.abc
+
+from supervisors import MailboxClosed, current_child
+
+from ..errors import RedisUnavailable
+from ..jobs.runtime import Completion, QueueRuntime, log
+from ..redis.client import Arg
+from ..redis.scripts import load
+
+_COMPLETE = load("job_complete")
+MAX_BATCH = 256
+
+
+async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
+    """Commit one batch (retrying transient failures); returns 1/0 (committed/stale) each."""
+    args: list[Arg] = [rt.group, rt.consumer, len(batch)]
+    for c in batch:
+        args += [c.delivery.entry_id, c.delivery.attempt, c.kind, c.reason, c.delivery.job_id]
+    backoff = 0.05
+    while True:
+        try:
+            with anyio.CancelScope(shield=True):
+                reply = await _COMPLETE(rt.client, (rt.keys.ready, rt.keys.events, rt.dead_key), args)
+            break
+        except RedisUnavailable as exc:
+            log.warning("completing %d jobs of %s: %s; retrying", len(batch), rt.keys.name, exc)
+            await anyio.sleep(backoff)
+            backoff = min(backoff * 2, 3.2)
+    statuses = [int(s) for s in reply]
+    rt.stats.completion_batches += 1
+    for c, status in zip(batch, statuses, strict=True):
+        if not status:
+            rt.stats.stale_completions += 1
+        elif c.kind == "ack":
+            rt.stats.acked += 1
+        elif c.kind == "dead":
+            rt.stats.dead_lettered += 1
+    return statuses
+
+
+def _drain(rt: QueueRuntime, batch: list[Completion]) -> None:
+    while len(batch) < MAX_BATCH:
+        try:
+            batch.append(rt.completions.receive_nowait())
+        except Exception:
+            return
+
+
+async def run_completer(
+    rt: QueueRuntime, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    ctx = current_child()
+    task_status.started()
+    while True:
+        batch: list[Completion] = []
+        if ctx.stop_requested:
+            _drain(rt, batch)
+            if not batch:
+                return
+        else:
+            with ctx.stop_scope():
+                try:
+                    batch.append(await rt.completions.receive())
+                except MailboxClosed:
+                    return
+            _drain(rt, batch)
+            if not batch:
+                continue
+        await commit(rt, batch)

@@ -1,0 +1,106 @@
+"""Handler runners: each runs one handler at a time inside a cancel scope owned by the lease.
+
+The lease of a delivery is its visibility timeout, counted from the moment the read returned:
+after it another consumer may recover the entry, so the handler's scope is cancelled then (and
+as soon as a fenced call reports that another delivery owns the job). A cancelled handler leaves
+no outcome: the entry stays pending for recovery. Outcomes go to the completer's mailbox; the
+admission permit comes back once the outcome is handed over.
+"""
+
+from __future__ import annotations
+
+import anyio
+import anyio.abc
+
+from supervisors import current_child
+
+from ..codecs import DecodeError
+from ..jobs.model import Ack, DeadLetter, DeadLetterReason, Delivery, Nack
+from ..jobs.runtime import Completion, Job, QueueRuntime, log
+
+
+async def process(rt: QueueRuntime, delivery: Delivery, deadline: float) -> None:
+    """Run one delivery and hand its outcome (if any) to the completer."""
+    try:
+        payload = rt.codec.decode(delivery.payload)
+    except DecodeError as exc:
+        rt.stats.decode_failures += 1
+        log.warning(
+            "job %r of %s cannot be decoded (%s); dead-lettering without calling the handler",
+            delivery.job_id, rt.keys.name, exc,
+        )
+        await rt.completions.send(
+            Completion(delivery, "dead", DeadLetterReason.PROCESSING_FAILED.value)
+        )
+        return
+    job: Job[object] = Job(rt, delivery, payload)
+    rt.stats.started += 1
+    outcome: object = None
+    failed = False
+    with anyio.CancelScope(deadline=deadline) as scope:
+        job.cancel_scope = scope
+        try:
+            outcome = await rt.handler(job)
+        except Exception:
+            failed = True
+            rt.stats.failed += 1
+            log.exception("handler for %s failed on job %r (attempt %d)",
+                          rt.keys.name, delivery.job_id, delivery.attempt)
+    if scope.cancelled_caught or job.lease_lost:
+        if not job.lease_lost:
+            job.lease_lost = True
+            rt.stats.leases_lost += 1
+        log.warning("job %r of %s lost its lease; left pending for recovery",
+                    delivery.job_id, rt.keys.name)
+        return
+    if failed:
+        await _nack(rt, delivery, DeadLetterReason.PROCESSING_FAILED.value)
+    elif outcome is None or isinstance(outcome, Ack):
+        await rt.completions.send(Completion(delivery, "ack"))
+    elif isinstance(outcome, DeadLetter):
+        await rt.completions.send(Completion(delivery, "dead", outcome.reason))
+    elif isinstance(outcome, Nack):
+        await _nack(rt, delivery, DeadLetterReason.NACK.value)
+    else:
+        log.error("handler for %s returned %r, not an outcome; treating it as a failure",
+                  rt.keys.name, outcome)
+        rt.stats.failed += 1
+        await _nack(rt, delivery, DeadLetterReason.PROCESSING_FAILED.value)
+
+
+async def _nack(rt: QueueRuntime, delivery: Delivery, reason: str) -> None:
+    """Nack path: at the delivery limit dead-letter now; below it, leave the entry pending so
+    visibility recovery delivers it again."""
+    rt.stats.nacked += 1
+    limit = rt.options.delivery_limit
+    if limit is not None and delivery.prior_attempts + delivery.attempt >= limit:
+        await rt.completions.send(Completion(delivery, "dead", reason))
+
+
+async def _runner_loop(rt: QueueRuntime) -> None:
+    ctx = current_child()
+    visibility = rt.visibility_ms / 1000
+    while not ctx.stop_requested:
+        delivery: Delivery | None = None
+        with ctx.stop_scope():
+            delivery = await rt.deliveries.receive()
+        if delivery is None:
+            break
+        try:
+            # The lease started when Redis delivered; local time since the read returned is a
+            # conservative bound (the handler is cancelled no later than recovery may begin).
+            await process(rt, delivery, anyio.current_time() + visibility)
+        finally:
+            rt.admission.release(1)
+
+
+async def run_runner_pool(
+    rt: QueueRuntime, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """``consumer_count`` runners. On a stop request each finishes its current handler (the
+    child's shutdown deadline bounds them all together); admitted deliveries not yet started stay
+    pending in Redis for recovery."""
+    async with anyio.create_task_group() as tg:
+        for _ in range(rt.options.consumer_count):
+            tg.start_soon(_runner_loop, rt)
+        task_status.started()

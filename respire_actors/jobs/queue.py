@@ -1,0 +1,262 @@
+"""The typed job queue: the producer and observer side. Needs no worker."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Generic, TypeVar
+
+import anyio
+
+from ..codecs import Codec
+from ..errors import RedisUnavailable, ValidationError
+from ..keys import JobQueueKeys
+from ..redis.client import BlockingConnection, Pending, RedisClient, Transaction
+from ..redis.scripts import load, run_many
+from .model import EnqueueResult, JobEvent
+from .options import DEFAULT_DEDUP_WINDOW, duration_ms
+
+T = TypeVar("T")
+
+MAX_JOB_ID_BYTES = 1024
+_ENQUEUE = load("job_enqueue")
+
+
+def validate_job_id(job_id: object) -> str:
+    if not isinstance(job_id, str):
+        raise ValidationError(f"job id must be a str, got {type(job_id).__name__}")
+    if not job_id.strip():
+        raise ValidationError("job id must not be blank")
+    try:
+        size = len(job_id.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValidationError(f"job id {job_id!r} is not valid Unicode") from None
+    if size > MAX_JOB_ID_BYTES:
+        raise ValidationError(f"job id is {size} bytes; the limit is {MAX_JOB_ID_BYTES}")
+    return job_id
+
+
+def _to_result(reply: Any) -> EnqueueResult:
+    entry, new = reply
+    return EnqueueResult(_s(entry), bool(int(new)))
+
+
+def _s(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    keys: tuple[str, str]
+    args: tuple[bytes | str | int, ...]
+
+
+class JobQueue(Generic[T]):
+    """A typed job queue bound to a client, a queue name and a codec.
+
+    ``JobQueue(client, "email", JsonCodec(EmailJob))``. The queue does not own the client. A
+    worker for the same queue name and key prefix processes what this queue enqueues.
+    """
+
+    def __init__(self, client: RedisClient, name: str, codec: Codec[T]) -> None:
+        self.client = client
+        self.name = name
+        self.codec = codec
+        self.keys = JobQueueKeys(name, client.key_prefix)
+
+    # -- enqueue ----------------------------------------------------------------------------
+    def _prepare(
+        self, job_id: str, payload: T, dedup_window: timedelta | float | None
+    ) -> _Prepared:
+        validate_job_id(job_id)
+        window = duration_ms(
+            DEFAULT_DEDUP_WINDOW if dedup_window is None else dedup_window,
+            what="deduplication window",
+        )
+        body = self.codec.encode(payload)
+        fields: list[bytes | str | int] = [
+            "_respire.job.id", job_id,
+            "_respire.job.payload", body,
+        ]
+        fields += _trace_fields()
+        return _Prepared((self.keys.ready, self.keys.dedup(job_id)), (window, *fields))
+
+    async def enqueue(
+        self, job_id: str, payload: T, *, dedup_window: timedelta | float | None = None
+    ) -> EnqueueResult:
+        """Append a job unless ``job_id`` was enqueued within the deduplication window.
+
+        Concurrent duplicates all get the original entry id; exactly one reports
+        ``enqueued=True``; the first payload wins. The window (default one day; positive, at
+        most 2**31-1 ms, fractions rounded up) starts at the successful enqueue and duplicates
+        do not extend it. Raises :class:`ValidationError` before sending anything for a bad id,
+        window or payload. If cancelled or the reply is lost, the job may or may not be queued:
+        retry with the same id inside the window.
+        """
+        prepared = self._prepare(job_id, payload, dedup_window)
+        reply = await _ENQUEUE(self.client, prepared.keys, prepared.args)
+        return _to_result(reply)
+
+    async def enqueue_many(
+        self,
+        jobs: Iterable[tuple[str, T]],
+        *,
+        dedup_window: timedelta | float | None = None,
+    ) -> list[EnqueueResult]:
+        """Enqueue many jobs in pipelined round trips, each with :meth:`enqueue`'s semantics.
+
+        Every job is validated before anything is sent. Not atomic as a whole: if a command
+        fails, the exception is raised after the others ran; retrying the whole call is safe
+        (deduplication returns the existing entries).
+        """
+        prepared = [self._prepare(job_id, payload, dedup_window) for job_id, payload in jobs]
+        results: list[EnqueueResult] = []
+        for start in range(0, len(prepared), 1000):
+            chunk = prepared[start : start + 1000]
+            replies = await run_many(self.client, [(_ENQUEUE, p.keys, p.args) for p in chunk])
+            for reply in replies:
+                if isinstance(reply, BaseException):
+                    raise reply
+                results.append(_to_result(reply))
+        return results
+
+    def enqueue_in(
+        self,
+        tx: Transaction,
+        job_id: str,
+        payload: T,
+        *,
+        dedup_window: timedelta | float | None = None,
+    ) -> Pending[EnqueueResult]:
+        """Queue the enqueue inside a caller's transaction; read the result after commit.
+
+        Nothing is written before EXEC; a discarded or WATCH-aborted transaction aborts the
+        pending result. The transaction must come from the same client (same key prefix), and
+        every key in it must hash to this queue's slot in a cluster.
+        """
+        if tx.client is not self.client:
+            raise ValidationError("the transaction must be created from the queue's own client")
+        prepared = self._prepare(job_id, payload, dedup_window)
+        return _ENQUEUE.queue_in(tx, prepared.keys, prepared.args, convert=_to_result)
+
+    # -- observation ------------------------------------------------------------------------
+    @asynccontextmanager
+    async def read_events(
+        self,
+        cursor: str = "0-0",
+        *,
+        block: timedelta = timedelta(seconds=5),
+        batch: int = 100,
+    ) -> AsyncIterator[EventReader]:
+        """Open a reader of every event after ``cursor`` (progress, completed, dead-letter,
+        paused, resumed)::
+
+            async with queue.read_events(saved_cursor) as events:
+                async for event in events:
+                    handle(event)
+                    save(event.id)          # checkpoint after your side effects
+
+        Observers do not compete: each reader sees all events. Transient disconnects are
+        retried with backoff (capped at 3.2 s), resuming after the last yielded event. Cancel
+        to stop; permanent errors (wrong key type, ACL) are raised. The reader holds its own
+        connection (a blocking XREAD), opened here and closed on exit.
+        """
+        block_ms = duration_ms(block, what="block")
+        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10_000:
+            raise ValidationError("batch must be an integer from 1 to 10000")
+        async with self.client.open_blocking() as conn:
+            yield EventReader(conn, self.keys.events, cursor, block_ms, batch)
+
+    async def get_logs(self, job_id: str, count: int = 100) -> list[str]:
+        """The newest ``count`` (1-1000) retained log lines of a job, oldest first."""
+        validate_job_id(job_id)
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 1000:
+            raise ValidationError("count must be an integer from 1 to 1000")
+        lines = await self.client.execute("LRANGE", self.keys.logs(job_id), -count, -1)
+        return [_s(line) for line in lines or []]
+
+    async def read_dead_letters(self, count: int = 100, *, stream: str | None = None) -> list[
+        tuple[str, dict[str, bytes]]
+    ]:
+        """The oldest ``count`` dead letters as (entry id, fields). Reading does not requeue."""
+        key = self.keys.custom(stream) if stream else self.keys.dead
+        rows = await self.client.execute("XRANGE", key, "-", "+", "COUNT", count)
+        return [(_s(i), {_s(k): v for k, v in _pairs(f)}) for i, f in rows or []]
+
+
+class EventReader:
+    """Async iterator over a queue's events; see :meth:`JobQueue.read_events`."""
+
+    def __init__(
+        self, conn: BlockingConnection, key: str, cursor: str, block_ms: int, batch: int
+    ) -> None:
+        self._conn = conn
+        self._key = key
+        self.cursor = cursor
+        self._block_ms = block_ms
+        self._batch = batch
+        self._buffer: list[JobEvent] = []
+
+    def __aiter__(self) -> EventReader:
+        return self
+
+    async def __anext__(self) -> JobEvent:
+        backoff = 0.1
+        while not self._buffer:
+            try:
+                reply = await self._conn.execute(
+                    "XREAD", "COUNT", self._batch, "BLOCK", self._block_ms,
+                    "STREAMS", self._key, self.cursor,
+                )
+                backoff = 0.1
+            except RedisUnavailable:
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, 3.2)
+                continue
+            if reply:
+                self._buffer = [_to_event(i, f) for i, f in _stream_entries(reply)]
+        event = self._buffer.pop(0)
+        self.cursor = event.id
+        return event
+
+
+def _pairs(flat: Sequence[Any]) -> Iterable[tuple[Any, Any]]:
+    if isinstance(flat, dict):
+        return flat.items()
+    return zip(flat[0::2], flat[1::2], strict=True)
+
+
+def _stream_entries(reply: Any) -> list[tuple[str, Sequence[Any]]]:
+    """Entries of a single-stream XREAD reply (RESP2 list or RESP3 map)."""
+    if isinstance(reply, dict):
+        streams = list(reply.values())
+    else:
+        streams = [item[1] for item in reply]
+    out: list[tuple[str, Sequence[Any]]] = []
+    for entries in streams:
+        for entry_id, flat in entries:
+            out.append((_s(entry_id), flat))
+    return out
+
+
+def _to_event(entry_id: str, flat: Sequence[Any]) -> JobEvent:
+    fields = {_s(k): _s(v) for k, v in _pairs(flat)}
+    percent = fields.pop("percent", None)
+    reason = fields.pop("reason", None)
+    return JobEvent(
+        id=entry_id,
+        kind=fields.pop("kind", ""),
+        job_id=fields.pop("job_id", ""),
+        entry_id=fields.pop("entry_id", "0-0"),
+        attempt=int(fields.pop("attempt", "0") or 0),
+        percent=int(percent) if percent is not None else None,
+        reason=reason,
+        extra=fields,
+    )
+
+
+def _trace_fields() -> list[bytes | str | int]:
+    """W3C trace context of the caller (reserved fields; the tracing feature fills them)."""
+    return []

@@ -1,0 +1,201 @@
+"""State shared by the actors of one worker registration, and the Job handed to handlers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import anyio
+
+from supervisors import Mailbox
+
+from ..actors.admission import Admission
+from ..codecs import Codec
+from ..errors import ValidationError
+from ..keys import JobQueueKeys
+from ..redis.client import RedisClient
+from ..redis.scripts import load
+from .model import Delivery, Outcome
+from .options import CONSUMER_GROUP, WorkerOptions, duration_ms
+
+T = TypeVar("T")
+
+log = logging.getLogger("respire_actors.worker")
+
+_PROGRESS = load("job_progress")
+_LOG = load("job_log")
+
+Handler = Callable[["Job[Any]"], Awaitable[Outcome | None]]
+
+
+@dataclass(slots=True)
+class WorkerStatistics:
+    """Counters of one worker registration (this process only)."""
+
+    admitted: int = 0
+    recovered: int = 0
+    replayed: int = 0
+    started: int = 0
+    acked: int = 0
+    dead_lettered: int = 0
+    nacked: int = 0
+    failed: int = 0
+    decode_failures: int = 0
+    stale_completions: int = 0
+    leases_lost: int = 0
+    cleared_deleted_refs: int = 0
+    dead_lettered_by_recovery: int = 0
+    completion_batches: int = 0
+    read_calls: int = 0
+    paused_reads: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """An outcome on its way to the completer."""
+
+    delivery: Delivery
+    kind: str  # 'ack' | 'dead' | 'expired'
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class QueueRuntime:
+    """Everything the actors of one registration share."""
+
+    client: RedisClient
+    keys: JobQueueKeys
+    codec: Codec[Any]
+    handler: Handler
+    options: WorkerOptions
+    consumer: str
+    admission: Admission
+    deliveries: Mailbox[Delivery]
+    completions: Mailbox[Completion]
+    group: str = CONSUMER_GROUP
+    stats: WorkerStatistics = field(default_factory=WorkerStatistics)
+    stopping: anyio.Event = field(default_factory=anyio.Event)
+
+    @property
+    def dead_key(self) -> str:
+        suffix = self.options.dead_letter_stream
+        return self.keys.custom(suffix) if suffix else self.keys.dead
+
+    @property
+    def visibility_ms(self) -> int:
+        return duration_ms(self.options.visibility_timeout, what="visibility_timeout")
+
+    @property
+    def delivery_limit(self) -> int:
+        return self.options.delivery_limit or 0
+
+    async def ensure_group(self) -> None:
+        """Create the consumer group from the start of the stream; BUSYGROUP is success."""
+        from ..errors import ServerError
+
+        try:
+            await self.client.execute(
+                "XGROUP", "CREATE", self.keys.ready, self.group, "0", "MKSTREAM"
+            )
+        except ServerError as exc:
+            if exc.code != "BUSYGROUP":
+                raise
+
+
+class Job(Generic[T]):
+    """One delivery of a job, as its handler sees it.
+
+    ``id`` is the application job id, ``payload`` the decoded payload, ``entry_id`` the ready
+    stream entry, ``attempt`` this entry's delivery count (from 1) and ``total_attempts`` the
+    attempts across durable retries. The handler runs inside :attr:`cancel_scope`, which is
+    cancelled when the delivery's lease (the visibility timeout) runs out or a fenced call finds
+    that another delivery owns the job.
+    """
+
+    __slots__ = ("_rt", "cancel_scope", "delivery", "lease_lost", "payload")
+
+    def __init__(self, rt: QueueRuntime, delivery: Delivery, payload: T) -> None:
+        self._rt = rt
+        self.delivery = delivery
+        self.payload = payload
+        self.cancel_scope: anyio.CancelScope | None = None
+        self.lease_lost = False
+
+    @property
+    def id(self) -> str:
+        return self.delivery.job_id
+
+    @property
+    def entry_id(self) -> str:
+        return self.delivery.entry_id
+
+    @property
+    def attempt(self) -> int:
+        return self.delivery.attempt
+
+    @property
+    def total_attempts(self) -> int:
+        return self.delivery.prior_attempts + self.delivery.attempt
+
+    @property
+    def queue(self) -> str:
+        return self._rt.keys.name
+
+    def _lose_lease(self) -> None:
+        if not self.lease_lost:
+            self.lease_lost = True
+            self._rt.stats.leases_lost += 1
+            if self.cancel_scope is not None:
+                self.cancel_scope.cancel()
+
+    async def report_progress(self, percent: int) -> bool:
+        """Append a progress event (integer 0-100). Returns False when this delivery is no
+        longer current (acknowledged, recovered by another attempt, body deleted); the handler's
+        scope is then cancelled at its next checkpoint. If cancelled, the event may or may not
+        have been appended.
+        """
+        if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
+            raise ValidationError("percent must be an integer from 0 to 100")
+        rt = self._rt
+        ok = await _PROGRESS(
+            rt.client,
+            (rt.keys.ready, rt.keys.events),
+            (rt.group, rt.consumer, self.entry_id, self.attempt, self.id, percent),
+        )
+        if not ok:
+            self._lose_lease()
+        return bool(ok)
+
+    async def log(self, line: str) -> bool:
+        """Append a line to this job's log (fenced like progress). Returns False when the
+        delivery is no longer current. Raises :class:`ValidationError` for a line that is not
+        valid Unicode or longer than the policy's byte limit (never truncated).
+        """
+        if not isinstance(line, str):
+            raise ValidationError(f"log line must be a str, got {type(line).__name__}")
+        try:
+            data = line.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValidationError("log line is not valid Unicode") from None
+        policy = self._rt.options.logs
+        if len(data) > policy.max_line_bytes:
+            raise ValidationError(
+                f"log line is {len(data)} bytes; the limit is {policy.max_line_bytes}"
+            )
+        rt = self._rt
+        ok = await _LOG(
+            rt.client,
+            (rt.keys.ready, rt.keys.logs(self.id)),
+            (
+                rt.group, rt.consumer, self.entry_id, self.attempt, data,
+                policy.max_lines, policy.retention_ms, 0,
+            ),
+        )
+        if not ok:
+            self._lose_lease()
+        return bool(ok)
+
+    def __repr__(self) -> str:
+        return f"Job(id={self.id!r}, entry_id={self.entry_id!r}, attempt={self.attempt})"

@@ -1,0 +1,192 @@
+"""The job worker: handler registrations run as a supervision tree of actors.
+
+::
+
+    worker                               (root supervisor, one_for_one)
+    └── queue:email                      (one supervisor per registration, one_for_one)
+        ├── completer                    commits outcomes in batches (stopped last, drains)
+        ├── runners                      consumer_count handler runners
+        ├── sweeper                      startup replay, then recovery passes
+        └── reader                       admits new jobs (stopped first)
+
+Children start in that order and stop in reverse: intake stops first, running handlers get
+``shutdown_grace`` to finish, and the completer commits what finished before it exits.
+Unfinished work is left pending in Redis for recovery; nothing is acknowledged to make shutdown
+fast.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+import anyio.abc
+
+from supervisors import Backoff, ChildSpec, Mailbox, Restart, Supervisor, SupervisorSnapshot
+
+from ..actors.admission import Admission
+from ..actors.completer import run_completer
+from ..actors.reader import run_reader
+from ..actors.runner import run_runner_pool
+from ..actors.sweeper import run_sweeper
+from ..codecs import Codec
+from ..errors import ValidationError
+from ..keys import JobQueueKeys, validate_name
+from ..redis.client import RedisClient
+from .model import Delivery
+from .options import WorkerOptions, default_consumer_name, duration_ms
+from .runtime import Completion, Handler, QueueRuntime, WorkerStatistics
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """One handler registered for one queue."""
+
+    queue: str
+    handler: Handler
+    codec: Codec[Any]
+    options: WorkerOptions
+
+
+class Worker:
+    """Registers handlers and runs them as supervised actors.
+
+    ::
+
+        worker = Worker()
+
+        @worker.job("email", JsonCodec(EmailJob), WorkerOptions(consumer_count=8))
+        async def send_email(job: Job[EmailJob]) -> Outcome:
+            ...
+            return ACK
+
+        async with connect(url) as client:
+            await worker.run(client)       # or: python -m respire_actors serve app:worker
+    """
+
+    def __init__(self, name: str = "worker") -> None:
+        validate_name(name, what="worker name")
+        self.name = name
+        self._registrations: dict[str, Registration] = {}
+        self._runtimes: dict[str, QueueRuntime] = {}
+        self._supervisor: Supervisor | None = None
+
+    def register(
+        self,
+        queue: str,
+        handler: Handler,
+        codec: Codec[Any],
+        options: WorkerOptions | None = None,
+    ) -> Registration:
+        """Register ``handler`` for ``queue``. Each queue once per worker; telemetry names
+        must be unique. Raises :class:`ValidationError`."""
+        validate_name(queue)
+        options = options or WorkerOptions()
+        if queue in self._registrations:
+            raise ValidationError(f"queue {queue!r} is already registered on this worker")
+        names = {r.options.telemetry_name or r.queue for r in self._registrations.values()}
+        if (options.telemetry_name or queue) in names:
+            raise ValidationError(f"telemetry name {options.telemetry_name or queue!r} is taken")
+        if self._supervisor is not None:
+            raise RuntimeError("register handlers before the worker runs")
+        reg = Registration(queue, handler, codec, options)
+        self._registrations[queue] = reg
+        return reg
+
+    def job(
+        self, queue: str, codec: Codec[Any], options: WorkerOptions | None = None
+    ) -> Callable[[Handler], Handler]:
+        """Decorator form of :meth:`register`."""
+
+        def decorate(fn: Handler) -> Handler:
+            self.register(queue, fn, codec, options)
+            return fn
+
+        return decorate
+
+    @property
+    def registrations(self) -> list[Registration]:
+        return list(self._registrations.values())
+
+    def _runtime(self, client: RedisClient, reg: Registration) -> QueueRuntime:
+        o = reg.options
+        return QueueRuntime(
+            client=client,
+            keys=JobQueueKeys(reg.queue, client.key_prefix),
+            codec=reg.codec,
+            handler=reg.handler,
+            options=o,
+            consumer=o.consumer_name or default_consumer_name(),
+            admission=Admission(o.consumer_count),
+            deliveries=Mailbox[Delivery](max(o.consumer_count, o.read_batch, o.recovery_page_size) + o.consumer_count, name=f"{reg.queue}:deliveries"),
+            completions=Mailbox[Completion](max(64, o.consumer_count * 2), name=f"{reg.queue}:completions"),
+        )
+
+    def build(self, client: RedisClient) -> Supervisor:
+        """Build the supervision tree for ``client`` (to compose into your own supervisor)."""
+        if not self._registrations:
+            raise ValidationError("the worker has no registered handlers")
+        queue_sups = []
+        for reg in self._registrations.values():
+            rt = self._runtime(client, reg)
+            self._runtimes[reg.queue] = rt
+            grace = duration_ms(reg.options.shutdown_grace, what="shutdown_grace", allow_zero=True) / 1000
+            children = [
+                ChildSpec("completer", run_completer, rt, shutdown=grace + 2 * client.settings.command_timeout + 1),
+                ChildSpec("runners", run_runner_pool, rt, shutdown=grace),
+                ChildSpec("sweeper", run_sweeper, rt, shutdown=client.settings.command_timeout + 1),
+                ChildSpec("reader", run_reader, rt, shutdown=client.settings.command_timeout + 1),
+            ]
+            queue_sups.append(
+                Supervisor(
+                    f"queue:{reg.queue}",
+                    children,
+                    max_restarts=10,
+                    period=30.0,
+                    backoff=Backoff(initial=0.1, maximum=5.0),
+                )
+            )
+        root = Supervisor(
+            self.name,
+            [s.child_spec(restart=Restart.PERMANENT, shutdown=math.inf) for s in queue_sups],
+            max_restarts=3,
+            period=60.0,
+        )
+        self._supervisor = root
+        return root
+
+    async def run(
+        self,
+        client: RedisClient,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Run until cancelled or :meth:`request_stop`; reports ready once every actor has
+        started. The client must be entered and stay open while the worker runs."""
+        supervisor = self.build(client)
+        await supervisor.run(task_status=task_status)
+
+    def request_stop(self) -> None:
+        """Begin graceful shutdown (intake stops, handlers get their grace period)."""
+        if self._supervisor is not None:
+            self._supervisor.request_stop()
+
+    async def stop(self) -> None:
+        """Graceful shutdown; returns when the tree has stopped."""
+        if self._supervisor is not None:
+            await self._supervisor.stop()
+
+    def statistics(self, queue: str) -> WorkerStatistics:
+        """This process's counters for ``queue``."""
+        return self._runtimes[queue].stats
+
+    def consumer_name(self, queue: str) -> str:
+        return self._runtimes[queue].consumer
+
+    def snapshot(self) -> SupervisorSnapshot | None:
+        return self._supervisor.snapshot() if self._supervisor else None

@@ -1,0 +1,74 @@
+-- job_complete: commit many handler outcomes in one call, each fenced by consumer and attempt.
+--
+-- KEYS[1]  ready stream
+-- KEYS[2]  events stream
+-- KEYS[3]  dead-letter stream
+-- ARGV[1]  consumer group
+-- ARGV[2]  consumer name
+-- ARGV[3]  n, the number of outcomes; then n groups of 5 values:
+--          entry id, attempt (delivery count), kind ('ack' | 'dead' | 'expired'),
+--          dead-letter reason ('' for ack), job id
+--
+-- For each outcome whose fence holds: 'ack' appends a completed event and acknowledges;
+-- 'dead' appends the envelope plus _respire.source_id/_respire.attempt/_respire.reason/
+-- _respire.consumer to the dead-letter stream, appends a dead-letter event, and acknowledges;
+-- 'expired' only acknowledges (no event, no dead letter).
+-- Returns one status per outcome: 1 committed, 0 stale (fence failed: another delivery owns
+-- the entry, or it was already completed; nothing written). Repeating a call is harmless.
+-- Errors: RESPIRE_WRONGTYPE / RESPIRE_NOPERM before any write. Should an acknowledgement still
+-- fail, that outcome's new events are deleted and RESPIRE_COMPLETE is returned; outcomes before
+-- it stay committed (their statuses are in the error text).
+--!include lib/preflight.lua
+--!include lib/fence.lua
+
+local ready, events, dead = KEYS[1], KEYS[2], KEYS[3]
+local group, consumer = ARGV[1], ARGV[2]
+local n = tonumber(ARGV[3])
+if not n or n < 1 or #ARGV ~= 3 + n * 5 then
+  return redis.error_reply('RESPIRE_ARGUMENT completion batch is malformed')
+end
+local err = respire_preflight(
+  {{ready, 'stream'}, {events, 'stream'}, {dead, 'stream'}},
+  {{'XADD', events, '*', 'f', 'v'}, {'XDEL', events, '0-1'}, {'XADD', dead, '*', 'f', 'v'},
+   {'XDEL', dead, '0-1'}, {'XACK', ready, group, '0-1'}})
+if err then return err end
+
+local statuses = {}
+for i = 0, n - 1 do
+  local base = 4 + i * 5
+  local entry, attempt, kind = ARGV[base], ARGV[base + 1], ARGV[base + 2]
+  local reason, job_id = ARGV[base + 3], ARGV[base + 4]
+  if not respire_fence(ready, group, entry, consumer, attempt) then
+    statuses[#statuses + 1] = 0
+  else
+    local appended_events, appended_dead = nil, nil
+    if kind == 'ack' then
+      appended_events = redis.call('XADD', events, '*', 'kind', 'completed', 'job_id', job_id,
+                                   'entry_id', entry, 'attempt', attempt)
+    elseif kind == 'dead' then
+      local fields = respire_entry(ready, entry)
+      local copy = {}
+      if fields then
+        for j = 1, #fields do copy[j] = fields[j] end
+      else
+        copy = {'_respire.job.id', job_id}
+      end
+      for _, v in ipairs({'_respire.source_id', entry, '_respire.attempt', attempt,
+                          '_respire.reason', reason, '_respire.consumer', consumer}) do
+        copy[#copy + 1] = v
+      end
+      appended_dead = redis.call('XADD', dead, '*', unpack(copy))
+      appended_events = redis.call('XADD', events, '*', 'kind', 'dead-letter', 'job_id', job_id,
+                                   'entry_id', entry, 'attempt', attempt, 'reason', reason)
+    end
+    local ok, ackErr = pcall(redis.call, 'XACK', ready, group, entry)
+    if not ok then
+      if appended_events then redis.call('XDEL', events, appended_events) end
+      if appended_dead then redis.call('XDEL', dead, appended_dead) end
+      return redis.error_reply('RESPIRE_COMPLETE acknowledging ' .. entry .. ' failed after ' ..
+                               table.concat(statuses, ',') .. ': ' .. tostring(ackErr))
+    end
+    statuses[#statuses + 1] = 1
+  end
+end
+return statuses
