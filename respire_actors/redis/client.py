@@ -29,6 +29,7 @@ import anyio
 import anyio.lowlevel
 import coredis
 import coredis.exceptions as cx
+from coredis.commands._routing import RandomStrategy
 from coredis.response._callbacks import NoopCallback
 from coredis.retry import NoRetryPolicy
 
@@ -42,9 +43,11 @@ from ..errors import (
     ServerError,
     TransactionAborted,
     UnsupportedServer,
+    ValidationError,
     WrongKeyType,
 )
 from ._pool import SafeClusterConnectionPool, SafeConnectionPool
+from ._routing import cluster_request_args, key_indices, plain
 
 Arg = str | bytes | int | float
 T = TypeVar("T")
@@ -407,6 +410,12 @@ class RedisClient:
         self._raw, self._stack = raw, stack
         try:
             await self.server_info(refresh=True)
+        except RedisUnavailable as exc:
+            await self.aclose()
+            raise RedisUnavailable(
+                f"cannot reach Redis at {self.settings.describe()} ({exc}). Start the server, "
+                f"check the URL, or unset {DEFAULT_URL_ENV} to use the embedded server"
+            ) from exc
         except BaseException:
             await self.aclose()
             raise
@@ -444,8 +453,7 @@ class RedisClient:
         still run on the server; its reply is discarded.
         """
         raw = self._require()
-        name = args[0].encode() if isinstance(args[0], str) else args[0]
-        request = raw.create_request(name.upper(), *args[1:], callback=NoopCallback())
+        request = _request(raw, args, cluster=self.settings.cluster)
         try:
             return await raw.execute_command(request)
         except Exception as exc:
@@ -464,13 +472,20 @@ class RedisClient:
         if not commands:
             return []
         raw = self._require()
+        if self.settings.cluster:
+            keyless = sorted({_text(c[0]) for c in commands if not key_indices(_name(c[0]), c[1:])})
+            if keyless:
+                # coredis cannot place a keyless command in a cluster pipeline (it crashes when
+                # one comes first); run such commands with execute().
+                raise ValidationError(
+                    f"commands without keys cannot be pipelined on a cluster: {keyless}"
+                )
         with anyio.CancelScope(shield=True):
             try:
                 with anyio.fail_after(self.settings.command_timeout * 2):
                     async with raw.pipeline(transaction=transaction, raise_on_error=False) as p:
                         requests = [
-                            p.create_request(_name(c[0]), *c[1:], callback=NoopCallback())
-                            for c in commands
+                            _request(p, c, cluster=self.settings.cluster) for c in commands
                         ]
                 results: list[Any] = []
                 for r in requests:
@@ -495,7 +510,7 @@ class RedisClient:
         raw = self._build(blocking=True)
         try:
             async with raw:
-                yield BlockingConnection(raw)
+                yield BlockingConnection(raw, cluster=self.settings.cluster)
         except Exception as exc:
             mapped = map_error(exc)
             if mapped is exc:
@@ -556,12 +571,13 @@ class RedisClient:
 class BlockingConnection:
     """A connection reserved for blocking reads. Obtain it from :meth:`RedisClient.open_blocking`."""
 
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: Any, *, cluster: bool = False) -> None:
         self._raw = raw
+        self._cluster = cluster
 
     async def execute(self, *args: Arg) -> Any:
         """Send one (typically blocking) command. Cancelling it closes this connection only."""
-        request = self._raw.create_request(_name(args[0]), *args[1:], callback=NoopCallback())
+        request = _request(self._raw, args, cluster=self._cluster)
         try:
             return await self._raw.execute_command(request)
         except Exception as exc:
@@ -663,8 +679,14 @@ class Transaction(AbstractAsyncContextManager["Transaction"]):
             raise RuntimeError("read() must come before the first queued command")
         raw = self._client._require()
         try:
+            if self._client.is_cluster:
+                # coredis's cluster pipeline has no immediate execution: use the connection
+                # that holds the WATCH (the keys' node) directly.
+                return await self._pipe._watched_connection.create_request(
+                    _name(args[0]), *plain(args[1:])
+                )
             return await self._pipe._immediate_execute_command(
-                raw.create_request(_name(args[0]), *args[1:], callback=NoopCallback())
+                _request(raw, args, cluster=False)
             )
         except Exception as exc:
             raise map_error(exc) from exc
@@ -689,10 +711,8 @@ class Transaction(AbstractAsyncContextManager["Transaction"]):
         self._finished = True
         pipe, stack = self._pipe, self._stack
         assert stack is not None
-        requests = [
-            pipe.create_request(_name(args[0]), *args[1:], callback=NoopCallback())
-            for args, _ in self._commands
-        ]
+        cluster = self._client.is_cluster
+        requests = [_request(pipe, args, cluster=cluster) for args, _ in self._commands]
         with anyio.CancelScope(shield=True):
             try:
                 with anyio.fail_after(self._client.settings.command_timeout * 2):
@@ -737,6 +757,20 @@ async def _raise_cancelled_instead() -> None:
     # On trio a cancellation landing while a connection opens can surface as ConnectionError;
     # if our scope is cancelled, let the cancellation win.
     await anyio.lowlevel.checkpoint_if_cancelled()
+
+
+def _request(factory: Any, args: Sequence[Arg], *, cluster: bool) -> Any:
+    """A coredis request for a raw command; on a cluster, with its keys marked for routing."""
+    name = _name(args[0])
+    rest: tuple[Any, ...] = tuple(args[1:])
+    if not cluster:
+        return factory.create_request(name, *rest, callback=NoopCallback())
+    name, rest = cluster_request_args(name, rest)
+    request = factory.create_request(name, *rest, callback=NoopCallback())
+    if request.routing_strategy is None and not request.keys:
+        # A keyless command coredis has no strategy for (TIME, ROLE, CLIENT ID...): any node.
+        request.routing_strategy = RandomStrategy()
+    return request
 
 
 def _name(value: Arg) -> bytes:
