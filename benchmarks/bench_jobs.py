@@ -1,0 +1,148 @@
+"""Job queue benchmark: prints enqueue and processing throughput, latency and round trips.
+
+    python benchmarks/bench_jobs.py [--redis-url URL] [--backend trio|asyncio] [--jobs N]
+
+Without --redis-url an embedded valkey-server (no persistence) is started. Every figure uses
+the real runtime: fencing, completion events and admission are on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import anyio
+
+from respire_actors import ACK, BytesCodec, Job, JobQueue, Worker, WorkerOptions, connect
+from respire_actors.embedded import EmbeddedConfig, open_embedded_server
+
+
+async def _cleanup(client, queue: JobQueue[bytes]) -> None:
+    cursor = 0
+    while True:
+        cursor, keys = await client.execute("SCAN", cursor, "MATCH", queue.keys.base.replace("{", "[{]").replace("}", "[}]") + "*", "COUNT", 1000)
+        if keys:
+            await client.execute("UNLINK", *keys)
+        if int(cursor) == 0:
+            return
+
+
+async def bench_enqueue(client, n: int) -> tuple[float, float]:
+    q = JobQueue(client, f"bench-{uuid.uuid4().hex[:8]}", BytesCodec())
+    single = min(n, 2000)
+    t = time.perf_counter()
+    for i in range(single):
+        await q.enqueue(f"s{i}", b"x")
+    single_rate = single / (time.perf_counter() - t)
+    t = time.perf_counter()
+    await q.enqueue_many((f"p{i}", b"x") for i in range(n))
+    piped_rate = n / (time.perf_counter() - t)
+    await _cleanup(client, q)
+    return single_rate, piped_rate
+
+
+async def bench_process(client, n: int, concurrency: int) -> tuple[float, float]:
+    q = JobQueue(client, f"bench-{uuid.uuid4().hex[:8]}", BytesCodec())
+    await q.enqueue_many((f"j{i}", b"x") for i in range(n))
+    done = anyio.Event()
+    count = 0
+
+    async def handler(job: Job[bytes]):
+        nonlocal count
+        count += 1
+        if count == n:
+            done.set()
+        return ACK
+
+    worker = Worker()
+    worker.register(q.name, handler, BytesCodec(), WorkerOptions(consumer_count=concurrency, read_batch=max(concurrency, 32)))
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        before = client.round_trips
+        t = time.perf_counter()
+        await done.wait()
+        elapsed = time.perf_counter() - t
+        # let the completer commit the tail before counting
+        while worker.statistics(q.name).acked < n:
+            await anyio.sleep(0.01)
+        trips = client.round_trips - before
+        await worker.stop()
+        tg.cancel_scope.cancel()
+    await _cleanup(client, q)
+    return n / elapsed, trips / n
+
+
+async def bench_latency(client, rate: int, seconds: float) -> tuple[float, float]:
+    q = JobQueue(client, f"bench-{uuid.uuid4().hex[:8]}", BytesCodec())
+    latencies: list[float] = []
+    total = int(rate * seconds)
+    done = anyio.Event()
+
+    async def handler(job: Job[bytes]):
+        latencies.append(time.perf_counter() - float(job.payload))
+        if len(latencies) >= total:
+            done.set()
+        return ACK
+
+    worker = Worker()
+    worker.register(q.name, handler, BytesCodec(), WorkerOptions(consumer_count=16))
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        interval = 1 / rate
+        start = time.perf_counter()
+        for i in range(total):
+            target = start + i * interval
+            delay = target - time.perf_counter()
+            if delay > 0:
+                await anyio.sleep(delay)
+            await q.enqueue(f"l{i}", str(time.perf_counter()).encode())
+        with anyio.fail_after(30):
+            await done.wait()
+        await worker.stop()
+        tg.cancel_scope.cancel()
+    await _cleanup(client, q)
+    ms = sorted(x * 1000 for x in latencies)
+    return statistics.median(ms), ms[int(len(ms) * 0.99) - 1]
+
+
+async def run(url: str, jobs: int) -> None:
+    async with connect(url) as client:
+        info = await client.server_info()
+        print(f"server: {info.describe()}")
+        single, piped = await bench_enqueue(client, jobs)
+        rows = [("enqueue, one at a time", f"{single:,.0f} jobs/s"), ("enqueue_many (pipelined)", f"{piped:,.0f} jobs/s")]
+        for c in (1, 16, 64):
+            rate, trips = await bench_process(client, jobs, c)
+            rows.append((f"process no-op, concurrency {c}", f"{rate:,.0f} jobs/s, {trips:.2f} round trips/job"))
+        p50, p99 = await bench_latency(client, 500, 4)
+        rows.append(("end-to-end latency at 500 jobs/s", f"p50 {p50:.2f} ms, p99 {p99:.2f} ms"))
+        width = max(len(r[0]) for r in rows)
+        print(f"{'measure':<{width}}  result")
+        print(f"{'-' * width}  {'-' * 40}")
+        for name, value in rows:
+            print(f"{name:<{width}}  {value}")
+
+
+async def main(args: argparse.Namespace) -> None:
+    if args.redis_url:
+        await run(args.redis_url, args.jobs)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        async with open_embedded_server(EmbeddedConfig(data_dir=Path(tmp), persistent=False)) as url:
+            await run(url, args.jobs)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--redis-url", default=os.environ.get("RESPIRE_REDIS_URL"))
+    parser.add_argument("--backend", choices=("trio", "asyncio"), default="trio")
+    parser.add_argument("--jobs", type=int, default=20000)
+    a = parser.parse_args()
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, backend {a.backend}")
+    anyio.run(main, a, backend=a.backend)
