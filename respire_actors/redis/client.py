@@ -97,7 +97,9 @@ class ConnectionSettings:
         if self.max_connections < 2:
             raise ConfigurationError("max_connections must be at least 2")
         if "{" in self.key_prefix and "}" not in self.key_prefix.split("{", 1)[1]:
-            raise ConfigurationError(f"key_prefix {self.key_prefix!r} opens a hash tag it never closes")
+            raise ConfigurationError(
+                f"key_prefix {self.key_prefix!r} opens a hash tag it never closes"
+            )
 
     @classmethod
     def from_url(cls, url: str, **overrides: Any) -> ConnectionSettings:
@@ -260,9 +262,10 @@ def map_error(exc: BaseException) -> BaseException:
         if marker in message:
             message = message.split(marker, 1)[1]
         if isinstance(exc, cx.WrongTypeError) or message.startswith("WRONGTYPE"):
-            return WrongKeyType(message if message.startswith("WRONGTYPE") else "WRONGTYPE " + message)
+            return WrongKeyType(_with_code("WRONGTYPE", message))
         if isinstance(exc, cx.AuthorizationError) or message.startswith("NOPERM"):
-            return PermissionDenied(message)
+            # coredis strips the NOPERM code from the text; keep it in ServerError.code.
+            return PermissionDenied(_with_code("NOPERM", message))
         if message.startswith("RESPIRE_"):
             code = message.split(" ", 1)[0]
             if code == "RESPIRE_WRONGTYPE":
@@ -273,11 +276,15 @@ def map_error(exc: BaseException) -> BaseException:
         if isinstance(exc, cx.NoScriptError) and not message.startswith("NOSCRIPT"):
             message = "NOSCRIPT " + message
         if isinstance(exc, cx.StreamDuplicateConsumerGroupError):
-            message = message if message.startswith("BUSYGROUP") else "BUSYGROUP " + message
-        if isinstance(exc, cx.StreamConsumerGroupError) and not message.startswith(("NOGROUP", "BUSY")):
-            message = "NOGROUP " + message
+            message = _with_code("BUSYGROUP", message)
+        if isinstance(exc, cx.StreamConsumerGroupError) and not message.startswith("BUSY"):
+            message = _with_code("NOGROUP", message)
         return ServerError(message)
     return exc
+
+
+def _with_code(code: str, message: str) -> str:
+    return message if message.startswith(code) else f"{code} {message}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -339,6 +346,8 @@ class RedisClient:
         self._raw: Any = None
         self._stack: AsyncExitStack | None = None
         self._info: ServerInfo | None = None
+        self.round_trips = 0
+        """Requests sent (a pipeline or a transaction counts once), blocking reads included."""
 
     # -- lifecycle ------------------------------------------------------------------------
     @property
@@ -480,6 +489,7 @@ class RedisClient:
                 raise ValidationError(
                     f"commands without keys cannot be pipelined on a cluster: {keyless}"
                 )
+        results: list[Any] = []
         with anyio.CancelScope(shield=True):
             try:
                 with anyio.fail_after(self.settings.command_timeout * 2):
@@ -487,15 +497,14 @@ class RedisClient:
                         requests = [
                             _request(p, c, cluster=self.settings.cluster) for c in commands
                         ]
-                results: list[Any] = []
                 for r in requests:
                     try:
                         results.append(await r)
                     except Exception as exc:
                         results.append(map_error(exc))
-                return results
             except Exception as exc:
                 raise map_error(exc) from exc
+        return results
 
     def transaction(self, *watch: str) -> Transaction:
         """Open a MULTI/EXEC transaction, optionally WATCHing keys. See :class:`Transaction`."""
@@ -569,7 +578,7 @@ class RedisClient:
 
 
 class BlockingConnection:
-    """A connection reserved for blocking reads. Obtain it from :meth:`RedisClient.open_blocking`."""
+    """A connection reserved for blocking reads; see :meth:`RedisClient.open_blocking`."""
 
     def __init__(self, raw: Any, *, cluster: bool = False) -> None:
         self._raw = raw

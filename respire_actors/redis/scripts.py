@@ -83,7 +83,9 @@ async def run_many(
         i for i, r in enumerate(replies) if isinstance(r, ServerError) and r.code == "NOSCRIPT"
     ]
     if missing:
-        again = await client.pipeline([calls[i][0].eval_args(calls[i][1], calls[i][2]) for i in missing])
+        again = await client.pipeline(
+            [calls[i][0].eval_args(calls[i][1], calls[i][2]) for i in missing]
+        )
         for i, reply in zip(missing, again, strict=True):
             replies[i] = reply
     return replies

