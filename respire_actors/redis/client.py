@@ -462,6 +462,7 @@ class RedisClient:
         still run on the server; its reply is discarded.
         """
         raw = self._require()
+        self.round_trips += 1
         request = _request(raw, args, cluster=self.settings.cluster)
         try:
             return await raw.execute_command(request)
@@ -481,6 +482,7 @@ class RedisClient:
         if not commands:
             return []
         raw = self._require()
+        self.round_trips += 1
         if self.settings.cluster:
             keyless = sorted({_text(c[0]) for c in commands if not key_indices(_name(c[0]), c[1:])})
             if keyless:
@@ -519,7 +521,7 @@ class RedisClient:
         raw = self._build(blocking=True)
         try:
             async with raw:
-                yield BlockingConnection(raw, cluster=self.settings.cluster)
+                yield BlockingConnection(raw, cluster=self.settings.cluster, owner=self)
         except Exception as exc:
             mapped = map_error(exc)
             if mapped is exc:
@@ -580,12 +582,17 @@ class RedisClient:
 class BlockingConnection:
     """A connection reserved for blocking reads; see :meth:`RedisClient.open_blocking`."""
 
-    def __init__(self, raw: Any, *, cluster: bool = False) -> None:
+    def __init__(
+        self, raw: Any, *, cluster: bool = False, owner: RedisClient | None = None
+    ) -> None:
+        self._owner = owner
         self._raw = raw
         self._cluster = cluster
 
     async def execute(self, *args: Arg) -> Any:
         """Send one (typically blocking) command. Cancelling it closes this connection only."""
+        if self._owner is not None:
+            self._owner.round_trips += 1
         request = _request(self._raw, args, cluster=self._cluster)
         try:
             return await self._raw.execute_command(request)
