@@ -18,6 +18,11 @@ Job queue ``email`` (prefix ``P``)::
 Reliable queue ``orders``::
 
     P{respire-queue:orders}:stream / :deadlines / :dead / :dedup:<sha256> / :receipts
+
+Reliable topic ``events`` and its subscription ``billing``::
+
+    P{respire-topic:events}:stream / :dedup:<sha256>
+    P{respire-topic:events}:sub:billing:deadlines / :sub:billing:receipts / :sub:billing:dead
 """
 
 from __future__ import annotations
@@ -150,8 +155,24 @@ class ReliableQueueKeys:
     def meta(self) -> str:
         return f"{self.base}:meta"
 
+    @property
+    def receipts(self) -> str:
+        """Per-delivery receipt hash (entry id -> delivery count and fence)."""
+        return f"{self.base}:receipts"
+
     def dedup(self, dedup_id: str) -> str:
         return f"{self.base}:dedup:{digest(dedup_id)}"
+
+    def subscription(self, subscription: str, part: str) -> str:
+        """A key of one topic subscription (``kind="topic"``): ``:sub:<subscription>:<part>``.
+
+        ``part`` is ``deadlines``, ``receipts`` or ``dead``; no two (subscription, part) pairs
+        can produce the same key, since no part name is a ``:``-suffix of another.
+        """
+        validate_name(subscription, what="subscription name")
+        if part not in ("deadlines", "receipts", "dead"):
+            raise ValueError(f"unknown subscription key part {part!r}")
+        return f"{self.base}:sub:{subscription}:{part}"
 
     def custom(self, suffix: str) -> str:
         return f"{self.base}:{suffix}"

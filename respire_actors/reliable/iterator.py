@@ -1,0 +1,144 @@
+"""A polling async iterator over a queue or subscription, with a bound on leased messages."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from types import TracebackType
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+import anyio
+
+from ._types import Message
+
+if TYPE_CHECKING:
+    from ._consumer import Consumer
+
+T = TypeVar("T")
+
+
+class MessageIterator(Generic[T]):
+    """Yields messages from :meth:`Consumer.receive` one at a time; see
+    :meth:`Consumer.iter_messages` for the contract.
+
+    ``held`` is the number of messages this iterator currently counts as leased. The iterator is
+    meant for one task; completing its messages from other tasks of the same event loop (through
+    the same queue or subscription instance) is fine.
+    """
+
+    def __init__(
+        self,
+        consumer: Consumer[T],
+        visibility_ms: int,
+        *,
+        batch_size: int,
+        max_leased: int,
+        poll_interval: float,
+        max_poll_interval: float,
+    ) -> None:
+        self._consumer = consumer
+        self._visibility_ms = visibility_ms
+        self._batch_size = batch_size
+        self._max_leased = max_leased
+        self._poll_interval = poll_interval
+        self._max_poll_interval = max(max_poll_interval, poll_interval)
+        self._interval = poll_interval
+        self._buffer: deque[Message[T]] = deque()
+        # receipt -> local (monotonic) time after which the server lease has surely expired
+        self._held: dict[str, float] = {}
+        self._wake: anyio.Event | None = None
+        self._closed = False
+
+    @property
+    def held(self) -> int:
+        """Messages counted as leased: buffered, or yielded and not yet completed/expired."""
+        self._forget_expired()
+        return len(self._held)
+
+    @property
+    def max_leased(self) -> int:
+        return self._max_leased
+
+    def __aiter__(self) -> MessageIterator[T]:
+        return self
+
+    async def __anext__(self) -> Message[T]:
+        while True:
+            if self._closed:
+                raise StopAsyncIteration
+            now = anyio.current_time()
+            while self._buffer:
+                message = self._buffer.popleft()
+                if self._held.get(message.receipt, 0.0) > now:
+                    return message
+                # its lease ran out while buffered: the server redelivers it; don't hand it out
+                self._held.pop(message.receipt, None)
+            self._forget_expired()
+            room = self._max_leased - len(self._held)
+            if room <= 0:
+                await self._wait_for_room()
+                continue
+            batch = await self._consumer._receive_ms(
+                self._visibility_ms, min(room, self._batch_size)
+            )
+            if batch:
+                # measured after the reply: the server set the deadline earlier, so this local
+                # expiry is never before the real one
+                expires = anyio.current_time() + self._visibility_ms / 1000
+                for message in batch:
+                    self._held[message.receipt] = expires
+                self._buffer.extend(batch)
+                self._interval = self._poll_interval
+            else:
+                await anyio.sleep(self._interval)
+                self._interval = min(self._interval * 2, self._max_poll_interval)
+
+    async def _wait_for_room(self) -> None:
+        earliest = min(self._held.values())
+        self._wake = anyio.Event()
+        try:
+            with anyio.move_on_after(max(earliest - anyio.current_time(), 0.0)):
+                await self._wake.wait()
+        finally:
+            self._wake = None
+
+    def _forget_expired(self) -> None:
+        now = anyio.current_time()
+        for receipt, expires in list(self._held.items()):
+            if expires <= now:
+                del self._held[receipt]
+
+    def _release(self, receipts: Iterable[str]) -> None:
+        released = False
+        for receipt in receipts:
+            if self._held.pop(receipt, None) is not None:
+                released = True
+        if released and self._wake is not None:
+            self._wake.set()
+
+    async def aclose(self) -> None:
+        """Stop iterating and hand back buffered messages not yet yielded (NACK, no delay).
+
+        Shielded from cancellation while it sends the NACK; if the connection fails they stay
+        leased until their visibility timeout instead.
+        """
+        self._closed = True
+        pending, self._buffer = list(self._buffer), deque()
+        if not pending:
+            return
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._consumer.nack_many(pending, 0)
+            except Exception:  # best effort: the leases expire on their own
+                self._release(m.receipt for m in pending)
+
+    async def __aenter__(self) -> MessageIterator[T]:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

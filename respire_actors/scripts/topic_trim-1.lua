@@ -1,0 +1,114 @@
+-- topic_trim: apply a retention policy to a topic stream without removing any publication a
+-- subscription still needs (the conservative MINID procedure, run atomically).
+--
+-- KEYS[1]  topic publication stream
+-- ARGV[1]  max age in milliseconds, or '' (entries older than now - age are out of policy)
+-- ARGV[2]  max length, or '' (entries beyond the newest N are out of policy)
+-- ARGV[3]  minimum id to keep, or '' (entries below it are out of policy)
+--
+-- The policy cutoff is the highest of the given limits (an entry outside any of them may go).
+-- For every consumer group (XINFO GROUPS) two boundaries are protected: its lowest pending id
+-- (extended XPENDING; covers leased and NACKed messages) and its first existing undelivered
+-- entry (XRANGE (last-delivered-id + COUNT 1). The exact MINID cutoff is the earliest of the
+-- policy cutoff and all boundaries. Because the whole procedure is one script, subscriptions
+-- cannot be created, removed or repositioned between the inventory and the trim. Afterwards
+-- every protected boundary is verified to still exist.
+-- Returns {entries removed, exact MINID cutoff used, policy cutoff, names of the
+--          subscriptions that held the cutoff below the policy...}; {0, '', ''} when the stream
+--          does not exist or no entry is out of policy.
+-- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM before any write;
+-- RESPIRE_TRIM_VERIFY if a protected entry is missing afterwards (never expected).
+--!include lib/preflight.lua
+--!include lib/rq_common.lua
+
+local stream = KEYS[1]
+local max_age = ARGV[1] ~= '' and rq_int(ARGV[1], 0, 9007199254740991) or nil
+local max_len = ARGV[2] ~= '' and rq_int(ARGV[2], 0, 9007199254740991) or nil
+local min_id = ARGV[3] ~= '' and ARGV[3] or nil
+if (ARGV[1] ~= '' and not max_age) or (ARGV[2] ~= '' and not max_len)
+    or (min_id and not rq_parse_id(min_id)) or (not max_age and not max_len and not min_id) then
+  return redis.error_reply('RESPIRE_ARGUMENT topic_trim needs a valid max age, max length or min id')
+end
+local err = respire_preflight({{stream, 'stream'}},
+  {{'XINFO', 'GROUPS', stream}, {'XPENDING', stream, 'g', '-', '+', '1'},
+   {'XRANGE', stream, '-', '+', 'COUNT', '1'}, {'XREVRANGE', stream, '+', '-', 'COUNT', '1'},
+   {'XTRIM', stream, 'MINID', '0-1'}})
+if err then return err end
+if redis.call('EXISTS', stream) == 0 then
+  return {0, '', ''}
+end
+
+local function later(a, b)
+  if a == nil then return b end
+  if b == nil then return a end
+  if rq_id_lt(a, b) then return b end
+  return a
+end
+
+-- the policy cutoff: entries with lower ids are out of retention
+local policy = min_id
+if max_age then
+  local now = rq_now()
+  policy = later(policy, math.max(now - max_age, 0) .. '-0')
+end
+if max_len then
+  local newest = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', max_len + 1)
+  if #newest > max_len then
+    if max_len == 0 then
+      local ms, seq = rq_parse_id(newest[1][1])
+      policy = later(policy, ms .. '-' .. (seq + 1))
+    else
+      policy = later(policy, newest[max_len][1])
+    end
+  end
+end
+if policy == nil then
+  return {0, '', ''}
+end
+
+-- inventory of every group's boundaries
+local cutoff = policy
+local held_by = {}
+local protected = {}
+local groups = redis.call('XINFO', 'GROUPS', stream)
+for _, g in ipairs(groups) do
+  local name, last, pending = nil, nil, 0
+  for i = 1, #g, 2 do
+    if g[i] == 'name' then name = g[i + 1]
+    elseif g[i] == 'last-delivered-id' then last = g[i + 1]
+    elseif g[i] == 'pending' then pending = tonumber(g[i + 1]) end
+  end
+  local boundary = nil
+  if pending > 0 then
+    local lowest = redis.call('XPENDING', stream, name, '-', '+', 1)
+    if #lowest > 0 then
+      boundary = lowest[1][1]
+      -- verify afterwards only what existed before (an externally deleted body stays gone)
+      if #redis.call('XRANGE', stream, boundary, boundary) > 0 then
+        protected[#protected + 1] = boundary
+      end
+    end
+  end
+  local nxt = redis.call('XRANGE', stream, '(' .. last, '+', 'COUNT', 1)
+  if #nxt > 0 then
+    protected[#protected + 1] = nxt[1][1]
+    if boundary == nil or rq_id_lt(nxt[1][1], boundary) then boundary = nxt[1][1] end
+  end
+  if boundary and rq_id_lt(boundary, cutoff) then
+    cutoff = boundary
+  end
+  if boundary and rq_id_lt(boundary, policy) then
+    held_by[#held_by + 1] = name
+  end
+end
+
+local removed = redis.call('XTRIM', stream, 'MINID', cutoff)
+
+for _, id in ipairs(protected) do
+  if #redis.call('XRANGE', stream, id, id) == 0 then
+    return redis.error_reply('RESPIRE_TRIM_VERIFY protected entry ' .. id .. ' is missing')
+  end
+end
+local out = {removed, cutoff, policy}
+for _, name in ipairs(held_by) do out[#out + 1] = name end
+return out
