@@ -31,6 +31,8 @@ async def run_reader(
     await rt.ensure_group()
     task_status.started()
     backoff = 0.05
+    with ctx.stop_scope():
+        await rt.replay_done.wait()  # pending replay precedes new reads
     async with rt.client.open_blocking() as blocking:
         while not ctx.stop_requested and not rt.stopping.is_set():
             with ctx.stop_scope():

@@ -72,12 +72,20 @@ async def run_sweeper(
     ctx = current_child()
     interval = duration_ms(rt.options.recovery_interval, what="recovery_interval") / 1000
     await rt.ensure_group()
+    # Replay re-claims every entry pending for this consumer name, so it must only see entries
+    # delivered before this run: the reader (started after us) waits for replay_done, and a
+    # restarted sweeper skips replay because its consumer's pending entries are in flight in the
+    # runners (re-claiming them would run each one twice; visibility recovery covers the rest).
+    rt.replay_done = anyio.Event()
+    mode = "replay" if ctx.restart_count == 0 else "recover"
+    if mode == "recover":
+        rt.replay_done.set()
     task_status.started()
-    mode = "replay"
     while not ctx.stop_requested:
         try:
             if await _pass(rt, mode):
                 mode = "recover"
+                rt.replay_done.set()
         except RedisUnavailable as exc:
             log.warning("recovery for %s: %s", rt.keys.name, exc)
         with ctx.stop_scope():

@@ -102,9 +102,9 @@ class WorkerOptions:
         duration_ms(self.recovery_interval, what="recovery_interval")
         duration_ms(self.poll_interval, what="poll_interval")
         duration_ms(self.shutdown_grace, what="shutdown_grace", allow_zero=True)
-        if not isinstance(self.recovery_page_size, int) or not 1 <= self.recovery_page_size <= 1000:
+        if isinstance(self.recovery_page_size, bool) or not isinstance(self.recovery_page_size, int) or not 1 <= self.recovery_page_size <= 1000:
             raise ValidationError("recovery_page_size must be from 1 to 1000")
-        if not isinstance(self.read_batch, int) or not 1 <= self.read_batch <= 1000:
+        if isinstance(self.read_batch, bool) or not isinstance(self.read_batch, int) or not 1 <= self.read_batch <= 1000:
             raise ValidationError("read_batch must be from 1 to 1000")
         if self.delivery_limit is not None and (
             isinstance(self.delivery_limit, bool)

@@ -77,6 +77,9 @@ class QueueRuntime:
     group: str = CONSUMER_GROUP
     stats: WorkerStatistics = field(default_factory=WorkerStatistics)
     stopping: anyio.Event = field(default_factory=anyio.Event)
+    # Set once the sweeper's startup replay is over (or skipped); the reader admits nothing
+    # before, so replay can never re-claim an entry the reader has just delivered.
+    replay_done: anyio.Event = field(default_factory=anyio.Event)
 
     @property
     def dead_key(self) -> str:

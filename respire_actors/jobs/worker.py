@@ -169,7 +169,14 @@ class Worker:
         """Run until cancelled or :meth:`request_stop`; reports ready once every actor has
         started. The client must be entered and stay open while the worker runs."""
         supervisor = self.build(client)
-        await supervisor.run(task_status=task_status)
+        try:
+            await supervisor.run(task_status=task_status)
+        finally:
+            # The tree has stopped: nothing sends or receives any more. Deliveries still
+            # buffered were never started and stay pending in Redis for recovery.
+            for rt in self._runtimes.values():
+                rt.deliveries.close()
+                rt.completions.close()
 
     def request_stop(self) -> None:
         """Begin graceful shutdown (intake stops, handlers get their grace period)."""

@@ -1,0 +1,482 @@
+"""Contracts of the job queue's Lua scripts, called directly on real servers.
+
+Each script validates and preflights before its first write; expected outcomes (duplicate,
+stale fence, paused, empty) are return values, broken invariants typed errors.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from respire_actors.errors import PermissionDenied, ScriptError, ServerError, WrongKeyType
+from respire_actors.jobs.options import CONSUMER_GROUP
+from respire_actors.keys import JobQueueKeys
+from respire_actors.redis.client import RedisClient, connect
+from respire_actors.redis.scripts import all_scripts, load
+
+pytestmark = pytest.mark.anyio
+
+ENQUEUE = load("job_enqueue")
+COMPLETE = load("job_complete")
+READ = load("job_read")
+PROGRESS = load("job_progress")
+LOG = load("job_log")
+CLAIM = load("job_claim_pending")
+GROUP = CONSUMER_GROUP
+
+
+def s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def pairs(flat: Any) -> dict[str, bytes]:
+    items = flat.items() if isinstance(flat, dict) else zip(flat[0::2], flat[1::2], strict=True)
+    return {s(k): v for k, v in items}
+
+
+@pytest.fixture
+def keys(unique_name: str) -> JobQueueKeys:
+    return JobQueueKeys(unique_name)
+
+
+async def enqueue(
+    client: RedisClient, keys: JobQueueKeys, job_id: str, window: Any = 60_000
+) -> str:
+    reply = await ENQUEUE(
+        client, (keys.ready, keys.dedup(job_id)),
+        (window, "_respire.job.id", job_id, "_respire.job.payload", f"payload of {job_id}"),
+    )
+    return s(reply[0])
+
+
+async def read(client: RedisClient, keys: JobQueueKeys, consumer: str, count: int = 1) -> Any:
+    return await READ(client, (keys.ready, keys.control), (GROUP, consumer, count))
+
+
+async def complete(
+    client: RedisClient, keys: JobQueueKeys, consumer: str, *outcomes: Sequence[Any]
+) -> list[int]:
+    args: list[Any] = [GROUP, consumer, len(outcomes)]
+    for outcome in outcomes:
+        args += list(outcome)
+    reply = await COMPLETE(client, (keys.ready, keys.events, keys.dead), args)
+    return [int(x) for x in reply]
+
+
+async def pending(client: RedisClient, keys: JobQueueKeys) -> list[tuple[str, str, int]]:
+    rows = await client.execute("XPENDING", keys.ready, GROUP, "-", "+", 100)
+    return [(s(r[0]), s(r[1]), int(r[3])) for r in rows]
+
+
+async def xlen(client: RedisClient, key: str) -> int:
+    return int(await client.execute("XLEN", key))
+
+
+async def delivered(client: RedisClient, keys: JobQueueKeys, *job_ids: str) -> list[str]:
+    """Enqueue ``job_ids`` and deliver them to consumer c1 (delivery count 1)."""
+    ids = [await enqueue(client, keys, j) for j in job_ids]
+    await client.execute("XGROUP", "CREATE", keys.ready, GROUP, "0", "MKSTREAM")
+    reply = await read(client, keys, "c1", len(ids))
+    assert s(reply[0]) == "ok" and [s(e[0]) for e in reply[1]] == ids
+    return ids
+
+
+# -- shipped files -------------------------------------------------------------------------------
+
+
+def test_job_script_headers_name_every_key() -> None:
+    scripts = [sc for sc in all_scripts() if sc.name.startswith("job_")]
+    assert {sc.name for sc in scripts} >= {
+        "job_enqueue", "job_complete", "job_read", "job_progress", "job_log", "job_claim_pending"
+    }
+    for script in scripts:
+        documented = set(map(int, re.findall(r"^-- KEYS\[(\d+)\]", script.source, re.M)))
+        assert documented == set(range(1, script.numkeys + 1)), script.name
+        assert "--!include" not in script.source  # includes were resolved
+
+
+async def test_job_scripts_load_on_the_server(client: RedisClient) -> None:
+    for script in all_scripts():
+        if script.name.startswith("job_"):
+            assert s(await client.execute("SCRIPT", "LOAD", script.source)) == script.sha
+
+
+# -- job_enqueue ------------------------------------------------------------------------------
+
+
+async def test_enqueue_returns_new_then_duplicate(client: RedisClient, keys: JobQueueKeys) -> None:
+    first = await ENQUEUE(client, (keys.ready, keys.dedup("a")), (1000, "_respire.job.id", "a"))
+    again = await ENQUEUE(client, (keys.ready, keys.dedup("a")), (1000, "_respire.job.id", "a"))
+    assert int(first[1]) == 1 and int(again[1]) == 0
+    assert s(first[0]) == s(again[0])
+    assert await xlen(client, keys.ready) == 1
+
+
+async def test_enqueue_preflight_refuses_a_wrong_ready_key_type(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    await client.execute("SET", keys.ready, "not a stream")
+    with pytest.raises(WrongKeyType) as caught:
+        await enqueue(client, keys, "a")
+    assert caught.value.code == "RESPIRE_WRONGTYPE"
+    assert await client.execute("GET", keys.ready) == b"not a stream"
+    assert await client.execute("EXISTS", keys.dedup("a")) == 0
+
+
+async def test_enqueue_refuses_a_wrong_dedup_key_type(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    await client.execute("RPUSH", keys.dedup("a"), "squatter")
+    with pytest.raises(WrongKeyType):
+        await enqueue(client, keys, "a")
+    assert await client.execute("EXISTS", keys.ready) == 0
+
+
+@pytest.mark.parametrize("window", [0, -5, 2**31, "soon"])
+async def test_enqueue_refuses_a_bad_window(
+    client: RedisClient, keys: JobQueueKeys, window: Any
+) -> None:
+    with pytest.raises(ScriptError) as caught:
+        await enqueue(client, keys, "a", window)
+    assert caught.value.code == "RESPIRE_ARGUMENT"
+    assert await client.execute("EXISTS", keys.ready, keys.dedup("a")) == 0
+
+
+@asynccontextmanager
+async def restricted_client(
+    server_url: str, client: RedisClient, user: str, *rules: str
+) -> AsyncIterator[RedisClient]:
+    """A client logged in as a temporary ACL user (deleted afterwards)."""
+    await client.execute("ACL", "SETUSER", user, "reset", "on", ">pw", "~*", "&*", "+@all", *rules)
+    try:
+        async with connect(server_url, username=user, password="pw") as restricted:
+            yield restricted
+    finally:
+        await client.execute("ACL", "DELUSER", user)
+
+
+@pytest.mark.parametrize("denied", ["-set", "-xdel"])
+async def test_enqueue_checks_permissions_before_writing(
+    server_url: str, client: RedisClient, keys: JobQueueKeys, unique_name: str, denied: str
+) -> None:
+    # SET records the deduplication key; XDEL is needed to roll an append back if that fails.
+    async with restricted_client(server_url, client, unique_name, denied) as restricted:
+        with pytest.raises(PermissionDenied) as caught:
+            await enqueue(restricted, keys, "a")
+    assert caught.value.code == "RESPIRE_NOPERM"
+    assert await client.execute("EXISTS", keys.ready, keys.dedup("a")) == 0
+
+
+# -- job_read ---------------------------------------------------------------------------------
+
+
+async def test_read_delivers_then_reports_empty_with_the_last_id(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    await client.execute("XGROUP", "CREATE", keys.ready, GROUP, "0", "MKSTREAM")
+    assert [s(x) for x in await read(client, keys, "c1")] == ["empty", "0-0"]
+
+    a = await enqueue(client, keys, "a")
+    b = await enqueue(client, keys, "b")
+    reply = await read(client, keys, "c1", 5)
+    assert s(reply[0]) == "ok"
+    assert [s(e[0]) for e in reply[1]] == [a, b]
+    assert pairs(reply[1][0][1])["_respire.job.id"] == b"a"
+    assert await pending(client, keys) == [(a, "c1", 1), (b, "c1", 1)]
+
+    assert [s(x) for x in await read(client, keys, "c1")] == ["empty", b]
+
+
+async def test_read_reports_paused_without_delivering(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    await client.execute("XGROUP", "CREATE", keys.ready, GROUP, "0", "MKSTREAM")
+    await enqueue(client, keys, "a")
+    await client.execute("HSET", keys.control, "paused", "1")
+    assert [s(x) for x in await read(client, keys, "c1")] == ["paused"]
+    assert await pending(client, keys) == []
+    await client.execute("HSET", keys.control, "paused", "0")
+    assert s((await read(client, keys, "c1"))[0]) == "ok"
+
+
+async def test_read_without_a_group_is_nogroup(client: RedisClient, keys: JobQueueKeys) -> None:
+    await enqueue(client, keys, "a")
+    with pytest.raises(ServerError) as caught:
+        await read(client, keys, "c1")
+    assert caught.value.code == "NOGROUP"
+
+
+@pytest.mark.parametrize("count", [0, 1001, "x"])
+async def test_read_refuses_a_bad_count(
+    client: RedisClient, keys: JobQueueKeys, count: Any
+) -> None:
+    await client.execute("XGROUP", "CREATE", keys.ready, GROUP, "0", "MKSTREAM")
+    with pytest.raises(ScriptError):
+        await READ(client, (keys.ready, keys.control), (GROUP, "c1", count))
+
+
+# -- job_complete -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [GROUP, "c1", 0],
+        [GROUP, "c1", "two", "1-0", 1, "ack", "", "a"],
+        [GROUP, "c1", 2, "1-0", 1, "ack", "", "a"],
+        [GROUP, "c1", 1, "1-0", 1, "ack", ""],
+        [GROUP, "c1"],
+    ],
+    ids=["zero", "not-a-number", "too-few", "short-group", "no-count"],
+)
+async def test_complete_refuses_a_malformed_batch(
+    client: RedisClient, keys: JobQueueKeys, args: list[Any]
+) -> None:
+    (entry,) = await delivered(client, keys, "a")
+    with pytest.raises(ScriptError) as caught:
+        await COMPLETE(client, (keys.ready, keys.events, keys.dead), args)
+    assert caught.value.code == "RESPIRE_ARGUMENT"
+    assert await pending(client, keys) == [(entry, "c1", 1)]
+    assert await client.execute("EXISTS", keys.events, keys.dead) == 0
+
+
+async def test_complete_is_fenced_by_consumer_and_attempt(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    a, b = await delivered(client, keys, "a", "b")
+    assert await complete(client, keys, "c2", (a, 1, "ack", "", "a")) == [0]  # other consumer
+    assert await complete(client, keys, "c1", (a, 2, "ack", "", "a")) == [0]  # other attempt
+    assert await complete(client, keys, "c1", ("9-9", 1, "ack", "", "x")) == [0]  # not pending
+    assert await client.execute("EXISTS", keys.events, keys.dead) == 0
+    assert await pending(client, keys) == [(a, "c1", 1), (b, "c1", 1)]
+
+    assert await complete(
+        client, keys, "c1", (a, 1, "ack", "", "a"), (b, 1, "dead", "explicit", "b"),
+        (a, 1, "ack", "", "a"),
+    ) == [1, 1, 0]  # the repeat inside the batch is already acknowledged
+    assert await pending(client, keys) == []
+    events = await client.execute("XRANGE", keys.events, "-", "+")
+    assert [pairs(f) for _, f in events] == [
+        {"kind": b"completed", "job_id": b"a", "entry_id": a.encode(), "attempt": b"1"},
+        {"kind": b"dead-letter", "job_id": b"b", "entry_id": b.encode(), "attempt": b"1",
+         "reason": b"explicit"},
+    ]
+    (letter,) = await client.execute("XRANGE", keys.dead, "-", "+")
+    assert pairs(letter[1]) == {
+        "_respire.job.id": b"b",
+        "_respire.job.payload": b"payload of b",
+        "_respire.source_id": b.encode(),
+        "_respire.attempt": b"1",
+        "_respire.reason": b"explicit",
+        "_respire.consumer": b"c1",
+    }
+
+
+async def test_complete_after_recovery_fences_the_old_attempt(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    (a,) = await delivered(client, keys, "a")
+    await client.execute("XCLAIM", keys.ready, GROUP, "c1", 0, a)  # same name, attempt 2
+    assert await complete(client, keys, "c1", (a, 1, "ack", "", "a")) == [0]
+    assert await complete(client, keys, "c1", (a, 2, "ack", "", "a")) == [1]
+    (event,) = await client.execute("XRANGE", keys.events, "-", "+")
+    assert pairs(event[1])["attempt"] == b"2"
+
+
+async def test_complete_dead_letters_a_deleted_body_with_what_it_knows(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    (a,) = await delivered(client, keys, "a")
+    await client.execute("XDEL", keys.ready, a)
+    assert await complete(client, keys, "c1", (a, 1, "dead", "explicit", "a")) == [1]
+    (letter,) = await client.execute("XRANGE", keys.dead, "-", "+")
+    fields = pairs(letter[1])
+    assert fields["_respire.job.id"] == b"a" and fields["_respire.source_id"] == a.encode()
+    assert "_respire.job.payload" not in fields
+
+
+async def test_complete_expired_only_acknowledges(client: RedisClient, keys: JobQueueKeys) -> None:
+    (a,) = await delivered(client, keys, "a")
+    assert await complete(client, keys, "c1", (a, 1, "expired", "", "a")) == [1]
+    assert await pending(client, keys) == []
+    assert await client.execute("EXISTS", keys.events, keys.dead) == 0
+
+
+async def test_complete_preflight_refuses_a_wrong_events_key_type(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    a, b = await delivered(client, keys, "a", "b")
+    await client.execute("SET", keys.events, "squatter")
+    with pytest.raises(WrongKeyType):
+        await complete(client, keys, "c1", (a, 1, "ack", "", "a"), (b, 1, "dead", "x", "b"))
+    assert await pending(client, keys) == [(a, "c1", 1), (b, "c1", 1)]
+    assert await client.execute("EXISTS", keys.dead) == 0
+
+
+# -- job_progress and job_log ---------------------------------------------------------------------
+
+
+async def progress(
+    client: RedisClient, keys: JobQueueKeys, consumer: str, entry: str, attempt: int, pct: Any
+) -> int:
+    return int(await PROGRESS(
+        client, (keys.ready, keys.events), (GROUP, consumer, entry, attempt, "a", pct)
+    ))
+
+
+async def test_progress_is_fenced(client: RedisClient, keys: JobQueueKeys) -> None:
+    (a,) = await delivered(client, keys, "a")
+    assert await progress(client, keys, "c2", a, 1, 10) == 0
+    assert await progress(client, keys, "c1", a, 2, 10) == 0
+    assert await progress(client, keys, "c1", a, 1, 10) == 1
+    (event,) = await client.execute("XRANGE", keys.events, "-", "+")
+    assert pairs(event[1]) == {
+        "kind": b"progress", "job_id": b"a", "entry_id": a.encode(), "attempt": b"1",
+        "percent": b"10",
+    }
+
+
+@pytest.mark.parametrize("pct", [-1, 101, 50.5, "half"])
+async def test_progress_refuses_a_bad_percent(
+    client: RedisClient, keys: JobQueueKeys, pct: Any
+) -> None:
+    (a,) = await delivered(client, keys, "a")
+    with pytest.raises(ScriptError):
+        await progress(client, keys, "c1", a, 1, pct)
+    assert await client.execute("EXISTS", keys.events) == 0
+
+
+async def log(
+    client: RedisClient, keys: JobQueueKeys, consumer: str, entry: str, attempt: int,
+    line: str, *, lines: Any = 100, retention: Any = 60_000, expires: Any = 0,
+) -> int:
+    return int(await LOG(
+        client, (keys.ready, keys.logs("a")),
+        (GROUP, consumer, entry, attempt, line, lines, retention, expires),
+    ))
+
+
+async def test_log_is_fenced(client: RedisClient, keys: JobQueueKeys) -> None:
+    (a,) = await delivered(client, keys, "a")
+    assert await log(client, keys, "c2", a, 1, "x") == 0
+    assert await log(client, keys, "c1", a, 2, "x") == 0
+    assert await client.execute("EXISTS", keys.logs("a")) == 0
+    assert await log(client, keys, "c1", a, 1, "x") == 1
+    assert await client.execute("LRANGE", keys.logs("a"), 0, -1) == [b"x"]
+
+
+async def test_log_respects_the_job_expiry(client: RedisClient, keys: JobQueueKeys) -> None:
+    (a,) = await delivered(client, keys, "a")
+    now = await client.time_ms()
+    assert await log(client, keys, "c1", a, 1, "late", expires=now - 1) == 0
+    assert await client.execute("EXISTS", keys.logs("a")) == 0
+    # A job expiring before the retention ends shortens the log's lifetime to the job's.
+    assert await log(client, keys, "c1", a, 1, "on time", expires=now + 5_000) == 1
+    assert 0 < await client.execute("PTTL", keys.logs("a")) <= 5_000
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        {"lines": 0}, {"lines": 1001}, {"retention": 0}, {"retention": 2**31},
+        {"expires": "never"},
+    ],
+)
+async def test_log_refuses_a_bad_policy(
+    client: RedisClient, keys: JobQueueKeys, policy: dict[str, Any]
+) -> None:
+    (a,) = await delivered(client, keys, "a")
+    with pytest.raises(ScriptError):
+        await log(client, keys, "c1", a, 1, "x", **policy)
+    assert await client.execute("EXISTS", keys.logs("a")) == 0
+
+
+async def test_log_preflight_refuses_a_wrong_key_type(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    (a,) = await delivered(client, keys, "a")
+    await client.execute("SET", keys.logs("a"), "squatter")
+    with pytest.raises(WrongKeyType):
+        await log(client, keys, "c1", a, 1, "x")
+
+
+# -- job_claim_pending ------------------------------------------------------------------------
+
+
+async def claim(
+    client: RedisClient, keys: JobQueueKeys, consumer: str, mode: str, *,
+    min_idle: int = 0, cursor: str = "0-0", count: Any = 10, limit: int = 0,
+) -> Any:
+    return await CLAIM(
+        client, (keys.ready, keys.control, keys.events, keys.dead),
+        (GROUP, consumer, mode, min_idle, cursor, count, limit),
+    )
+
+
+async def test_replay_pages_through_own_pending_entries(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    ids = await delivered(client, keys, "a", "b", "c")
+    await client.execute("XCLAIM", keys.ready, GROUP, "other", 0, ids[2])
+
+    first = await claim(client, keys, "c1", "replay", count=1)
+    assert s(first[0]) == "ok" and s(first[1]) == ids[0]
+    assert [(s(e[0]), int(e[2])) for e in first[2]] == [(ids[0], 2)]
+    second = await claim(client, keys, "c1", "replay", count=1, cursor=ids[0])
+    assert s(second[1]) == ids[1]
+    assert [s(e[0]) for e in second[2]] == [ids[1]]
+    last = await claim(client, keys, "c1", "replay", count=1, cursor=ids[1])
+    assert s(last[1]) == "0-0" and last[2] == []  # "other" owns c
+    assert await pending(client, keys) == [
+        (ids[0], "c1", 2), (ids[1], "c1", 2), (ids[2], "other", 2)
+    ]
+
+
+async def test_recover_claims_idle_entries_and_counts_deleted_ones(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    a, b = await delivered(client, keys, "a", "b")
+    # Not idle long enough: nothing is claimed.
+    reply = await claim(client, keys, "c2", "recover", min_idle=60_000)
+    assert s(reply[0]) == "ok" and reply[2] == [] and int(reply[3]) == 0
+    await client.execute("XDEL", keys.ready, a)
+    reply = await claim(client, keys, "c2", "recover", min_idle=0)
+    assert [(s(e[0]), int(e[2])) for e in reply[2]] == [(b, 2)]
+    assert int(reply[3]) == 1 and int(reply[4]) == 0
+    assert await pending(client, keys) == [(b, "c2", 2)]
+
+
+async def test_recover_dead_letters_past_the_limit(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    await delivered(client, keys, "a")
+    reply = await claim(client, keys, "c2", "recover", limit=1)
+    assert reply[2] == [] and int(reply[4]) == 1
+    assert await pending(client, keys) == []
+    (letter,) = await client.execute("XRANGE", keys.dead, "-", "+")
+    fields = pairs(letter[1])
+    assert fields["_respire.reason"] == b"delivery-limit" and fields["_respire.attempt"] == b"2"
+    (event,) = await client.execute("XRANGE", keys.events, "-", "+")
+    assert pairs(event[1])["reason"] == b"delivery-limit"
+
+
+async def test_claim_reports_paused(client: RedisClient, keys: JobQueueKeys) -> None:
+    (a,) = await delivered(client, keys, "a")
+    await client.execute("HSET", keys.control, "paused", "1")
+    for mode in ("replay", "recover"):
+        assert [s(x) for x in await claim(client, keys, "c1", mode)] == ["paused"]
+    assert await pending(client, keys) == [(a, "c1", 1)]
+
+
+@pytest.mark.parametrize("count", [0, 1001, "many"])
+async def test_claim_refuses_bad_arguments(
+    client: RedisClient, keys: JobQueueKeys, count: Any
+) -> None:
+    await delivered(client, keys, "a")
+    with pytest.raises(ScriptError):
+        await claim(client, keys, "c1", "recover", count=count)
