@@ -26,7 +26,14 @@ from respire_actors.embedded import EmbeddedConfig, open_embedded_server
 async def _cleanup(client, queue: JobQueue[bytes]) -> None:
     cursor = 0
     while True:
-        cursor, keys = await client.execute("SCAN", cursor, "MATCH", queue.keys.base.replace("{", "[{]").replace("}", "[}]") + "*", "COUNT", 1000)
+        cursor, keys = await client.execute(
+            "SCAN",
+            cursor,
+            "MATCH",
+            queue.keys.base.replace("{", "[{]").replace("}", "[}]") + "*",
+            "COUNT",
+            1000,
+        )
         if keys:
             await client.execute("UNLINK", *keys)
         if int(cursor) == 0:
@@ -61,7 +68,12 @@ async def bench_process(client, n: int, concurrency: int) -> tuple[float, float]
         return ACK
 
     worker = Worker()
-    worker.register(q.name, handler, BytesCodec(), WorkerOptions(consumer_count=concurrency, read_batch=max(concurrency, 32)))
+    worker.register(
+        q.name,
+        handler,
+        BytesCodec(),
+        WorkerOptions(consumer_count=concurrency, read_batch=max(concurrency, 32)),
+    )
     async with anyio.create_task_group() as tg:
         await tg.start(worker.run, client)
         before = client.round_trips
@@ -116,10 +128,18 @@ async def run(url: str, jobs: int) -> None:
         info = await client.server_info()
         print(f"server: {info.describe()}")
         single, piped = await bench_enqueue(client, jobs)
-        rows = [("enqueue, one at a time", f"{single:,.0f} jobs/s"), ("enqueue_many (pipelined)", f"{piped:,.0f} jobs/s")]
+        rows = [
+            ("enqueue, one at a time", f"{single:,.0f} jobs/s"),
+            ("enqueue_many (pipelined)", f"{piped:,.0f} jobs/s"),
+        ]
         for c in (1, 16, 64):
             rate, trips = await bench_process(client, jobs, c)
-            rows.append((f"process no-op, concurrency {c}", f"{rate:,.0f} jobs/s, {trips:.2f} round trips/job"))
+            rows.append(
+                (
+                    f"process no-op, concurrency {c}",
+                    f"{rate:,.0f} jobs/s, {trips:.2f} round trips/job",
+                )
+            )
         p50, p99 = await bench_latency(client, 500, 4)
         rows.append(("end-to-end latency at 500 jobs/s", f"p50 {p50:.2f} ms, p99 {p99:.2f} ms"))
         width = max(len(r[0]) for r in rows)
@@ -134,7 +154,9 @@ async def main(args: argparse.Namespace) -> None:
         await run(args.redis_url, args.jobs)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        async with open_embedded_server(EmbeddedConfig(data_dir=Path(tmp), persistent=False)) as url:
+        async with open_embedded_server(
+            EmbeddedConfig(data_dir=Path(tmp), persistent=False)
+        ) as url:
             await run(url, args.jobs)
 
 
@@ -144,5 +166,7 @@ if __name__ == "__main__":
     parser.add_argument("--backend", choices=("trio", "asyncio"), default="trio")
     parser.add_argument("--jobs", type=int, default=20000)
     a = parser.parse_args()
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, backend {a.backend}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, backend {a.backend}"
+    )
     anyio.run(main, a, backend=a.backend)

@@ -17,8 +17,6 @@ from dataclasses import dataclass
 import anyio
 import anyio.abc
 
-from supervisors import current_child
-
 from respire_actors import (
     ACK,
     Job,
@@ -29,6 +27,7 @@ from respire_actors import (
     Worker,
     WorkerOptions,
 )
+from supervisors import current_child
 
 
 @dataclass(frozen=True)
@@ -62,7 +61,10 @@ class DemoApp:
         self.run_id = run_id
 
     async def run(
-        self, client: RedisClient, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+        self,
+        client: RedisClient,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         queue = JobQueue(client, QUEUE, CODEC)
         ids = [f"welcome:{self.run_id}:{i}" for i in range(self.jobs)]
@@ -93,9 +95,13 @@ class DemoApp:
                                 break
             logs = await queue.get_logs(ids[0])
             print(f"logs of {ids[0]}: {logs}")
-            print(f"{len(done)} of {len(ids)} jobs completed; statistics: {worker.statistics(QUEUE)}")
+            print(
+                f"{len(done)} of {len(ids)} jobs completed; statistics: {worker.statistics(QUEUE)}"
+            )
             await worker.stop()
             tg.cancel_scope.cancel()
 
 
-app = DemoApp(int(os.environ.get("DEMO_JOBS", "12")), os.environ.get("DEMO_RUN", uuid.uuid4().hex[:8]))
+app = DemoApp(
+    int(os.environ.get("DEMO_JOBS", "12")), os.environ.get("DEMO_RUN", uuid.uuid4().hex[:8])
+)

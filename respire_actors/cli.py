@@ -87,7 +87,9 @@ class ServeConfig:
 
 
 async def serve(
-    config: ServeConfig, *, task_status: anyio.abc.TaskStatus[Supervisor] = anyio.TASK_STATUS_IGNORED
+    config: ServeConfig,
+    *,
+    task_status: anyio.abc.TaskStatus[Supervisor] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the app (and the embedded server when no URL is set) as one supervision tree.
 
@@ -118,8 +120,12 @@ async def serve(
         url_holder["url"] = config.redis_url
     else:
         children.append(ChildSpec("embedded-valkey", embedded, shutdown=15.0))
-    children.append(ChildSpec("app", host, restart=Restart.TRANSIENT, shutdown=config.shutdown_timeout))
-    root = Supervisor("respire", children, strategy=Strategy.REST_FOR_ONE, max_restarts=5, period=60)
+    children.append(
+        ChildSpec("app", host, restart=Restart.TRANSIENT, shutdown=config.shutdown_timeout)
+    )
+    root = Supervisor(
+        "respire", children, strategy=Strategy.REST_FOR_ONE, max_restarts=5, period=60
+    )
 
     async with anyio.create_task_group() as tg:
 
@@ -146,8 +152,10 @@ async def _serve_with_signals(config: ServeConfig) -> int:
                 async for signum in signals:
                     count += 1
                     if count == 1:
-                        log.warning("%s: stopping gracefully (again to stop at once)",
-                                    signal.Signals(signum).name)
+                        log.warning(
+                            "%s: stopping gracefully (again to stop at once)",
+                            signal.Signals(signum).name,
+                        )
                         root = roots.get("root")
                         if root is not None:
                             root.request_stop()
@@ -168,7 +176,9 @@ async def _serve_with_signals(config: ServeConfig) -> int:
 
 
 async def ping(url: str | None) -> int:
-    async with connect(url or os.environ.get(DEFAULT_URL_ENV) or "redis://127.0.0.1:6379") as client:
+    async with connect(
+        url or os.environ.get(DEFAULT_URL_ENV) or "redis://127.0.0.1:6379"
+    ) as client:
         info = await client.server_info()
         rows = [
             ("server", client.settings.describe()),
@@ -186,7 +196,9 @@ async def ping(url: str | None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m respire_actors", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m respire_actors", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--version", action="version", version=f"respire_actors {__version__}")
     parser.add_argument("--log-level", default=os.environ.get("RESPIRE_LOG_LEVEL", "INFO"))
     sub = parser.add_subparsers(dest="command")

@@ -45,7 +45,9 @@ def validate_name(name: object, *, what: str = "queue name") -> str:
     if not name.strip():
         raise ValidationError(f"{what} must not be blank")
     if "{" in name or "}" in name:
-        raise ValidationError(f"{what} {name!r} must not contain braces (they would break the hash tag)")
+        raise ValidationError(
+            f"{what} {name!r} must not contain braces (they would break the hash tag)"
+        )
     try:
         encoded = name.encode("utf-8")
     except UnicodeEncodeError:

@@ -30,7 +30,9 @@ async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
     while True:
         try:
             with anyio.CancelScope(shield=True):
-                reply = await _COMPLETE(rt.client, (rt.keys.ready, rt.keys.events, rt.dead_key), args)
+                reply = await _COMPLETE(
+                    rt.client, (rt.keys.ready, rt.keys.events, rt.dead_key), args
+                )
             break
         except RedisUnavailable as exc:
             log.warning("completing %d jobs of %s: %s; retrying", len(batch), rt.keys.name, exc)

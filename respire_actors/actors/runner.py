@@ -27,7 +27,9 @@ async def process(rt: QueueRuntime, delivery: Delivery, deadline: float) -> None
         rt.stats.decode_failures += 1
         log.warning(
             "job %r of %s cannot be decoded (%s); dead-lettering without calling the handler",
-            delivery.job_id, rt.keys.name, exc,
+            delivery.job_id,
+            rt.keys.name,
+            exc,
         )
         await rt.completions.send(
             Completion(delivery, "dead", DeadLetterReason.PROCESSING_FAILED.value)
@@ -44,14 +46,19 @@ async def process(rt: QueueRuntime, delivery: Delivery, deadline: float) -> None
         except Exception:
             failed = True
             rt.stats.failed += 1
-            log.exception("handler for %s failed on job %r (attempt %d)",
-                          rt.keys.name, delivery.job_id, delivery.attempt)
+            log.exception(
+                "handler for %s failed on job %r (attempt %d)",
+                rt.keys.name,
+                delivery.job_id,
+                delivery.attempt,
+            )
     if scope.cancelled_caught or job.lease_lost:
         if not job.lease_lost:
             job.lease_lost = True
             rt.stats.leases_lost += 1
-        log.warning("job %r of %s lost its lease; left pending for recovery",
-                    delivery.job_id, rt.keys.name)
+        log.warning(
+            "job %r of %s lost its lease; left pending for recovery", delivery.job_id, rt.keys.name
+        )
         return
     if failed:
         await _nack(rt, delivery, DeadLetterReason.PROCESSING_FAILED.value)
@@ -62,8 +69,11 @@ async def process(rt: QueueRuntime, delivery: Delivery, deadline: float) -> None
     elif isinstance(outcome, Nack):
         await _nack(rt, delivery, DeadLetterReason.NACK.value)
     else:
-        log.error("handler for %s returned %r, not an outcome; treating it as a failure",
-                  rt.keys.name, outcome)
+        log.error(
+            "handler for %s returned %r, not an outcome; treating it as a failure",
+            rt.keys.name,
+            outcome,
+        )
         rt.stats.failed += 1
         await _nack(rt, delivery, DeadLetterReason.PROCESSING_FAILED.value)
 

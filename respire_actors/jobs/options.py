@@ -17,9 +17,7 @@ DEFAULT_DEDUP_WINDOW = timedelta(days=1)
 CONSUMER_GROUP = "respire"
 
 
-def duration_ms(
-    value: timedelta | float | int, *, what: str, allow_zero: bool = False
-) -> int:
+def duration_ms(value: timedelta | float | int, *, what: str, allow_zero: bool = False) -> int:
     """Convert a ``timedelta`` (or seconds) to whole milliseconds, rounding fractions up.
 
     Raises :class:`ValidationError` unless the result is positive (or zero when allowed) and at
@@ -52,9 +50,17 @@ class LogPolicy:
     retention: timedelta = timedelta(days=1)
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_lines, bool) or not isinstance(self.max_lines, int) or not 1 <= self.max_lines <= 1000:
+        if (
+            isinstance(self.max_lines, bool)
+            or not isinstance(self.max_lines, int)
+            or not 1 <= self.max_lines <= 1000
+        ):
             raise ValidationError("max_lines must be an integer from 1 to 1000")
-        if isinstance(self.max_line_bytes, bool) or not isinstance(self.max_line_bytes, int) or not 1 <= self.max_line_bytes <= 16384:
+        if (
+            isinstance(self.max_line_bytes, bool)
+            or not isinstance(self.max_line_bytes, int)
+            or not 1 <= self.max_line_bytes <= 16384
+        ):
             raise ValidationError("max_line_bytes must be an integer from 1 to 16384")
         duration_ms(self.retention, what="log retention")
 
@@ -96,15 +102,27 @@ class WorkerOptions:
     logs: LogPolicy = field(default_factory=LogPolicy)
 
     def __post_init__(self) -> None:
-        if isinstance(self.consumer_count, bool) or not isinstance(self.consumer_count, int) or not 1 <= self.consumer_count <= 10_000:
+        if (
+            isinstance(self.consumer_count, bool)
+            or not isinstance(self.consumer_count, int)
+            or not 1 <= self.consumer_count <= 10_000
+        ):
             raise ValidationError("consumer_count must be an integer from 1 to 10000")
         duration_ms(self.visibility_timeout, what="visibility_timeout")
         duration_ms(self.recovery_interval, what="recovery_interval")
         duration_ms(self.poll_interval, what="poll_interval")
         duration_ms(self.shutdown_grace, what="shutdown_grace", allow_zero=True)
-        if isinstance(self.recovery_page_size, bool) or not isinstance(self.recovery_page_size, int) or not 1 <= self.recovery_page_size <= 1000:
+        if (
+            isinstance(self.recovery_page_size, bool)
+            or not isinstance(self.recovery_page_size, int)
+            or not 1 <= self.recovery_page_size <= 1000
+        ):
             raise ValidationError("recovery_page_size must be from 1 to 1000")
-        if isinstance(self.read_batch, bool) or not isinstance(self.read_batch, int) or not 1 <= self.read_batch <= 1000:
+        if (
+            isinstance(self.read_batch, bool)
+            or not isinstance(self.read_batch, int)
+            or not 1 <= self.read_batch <= 1000
+        ):
             raise ValidationError("read_batch must be from 1 to 1000")
         if self.delivery_limit is not None and (
             isinstance(self.delivery_limit, bool)

@@ -77,8 +77,10 @@ class JobQueue(Generic[T]):
         )
         body = self.codec.encode(payload)
         fields: list[bytes | str | int] = [
-            "_respire.job.id", job_id,
-            "_respire.job.payload", body,
+            "_respire.job.id",
+            job_id,
+            "_respire.job.payload",
+            body,
         ]
         fields += _trace_fields()
         return _Prepared((self.keys.ready, self.keys.dedup(job_id)), (window, *fields))
@@ -177,9 +179,9 @@ class JobQueue(Generic[T]):
         lines = await self.client.execute("LRANGE", self.keys.logs(job_id), -count, -1)
         return [_s(line) for line in lines or []]
 
-    async def read_dead_letters(self, count: int = 100, *, stream: str | None = None) -> list[
-        tuple[str, dict[str, bytes]]
-    ]:
+    async def read_dead_letters(
+        self, count: int = 100, *, stream: str | None = None
+    ) -> list[tuple[str, dict[str, bytes]]]:
         """The oldest ``count`` dead letters as (entry id, fields). Reading does not requeue."""
         key = self.keys.custom(stream) if stream else self.keys.dead
         rows = await self.client.execute("XRANGE", key, "-", "+", "COUNT", count)
@@ -207,8 +209,14 @@ class EventReader:
         while not self._buffer:
             try:
                 reply = await self._conn.execute(
-                    "XREAD", "COUNT", self._batch, "BLOCK", self._block_ms,
-                    "STREAMS", self._key, self.cursor,
+                    "XREAD",
+                    "COUNT",
+                    self._batch,
+                    "BLOCK",
+                    self._block_ms,
+                    "STREAMS",
+                    self._key,
+                    self.cursor,
                 )
                 backoff = 0.1
             except RedisUnavailable:

@@ -192,8 +192,14 @@ class Job(Generic[T]):
             rt.client,
             (rt.keys.ready, rt.keys.logs(self.id)),
             (
-                rt.group, rt.consumer, self.entry_id, self.attempt, data,
-                policy.max_lines, policy.retention_ms, 0,
+                rt.group,
+                rt.consumer,
+                self.entry_id,
+                self.attempt,
+                data,
+                policy.max_lines,
+                policy.retention_ms,
+                0,
             ),
         )
         if not ok:

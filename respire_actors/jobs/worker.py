@@ -123,8 +123,13 @@ class Worker:
             options=o,
             consumer=o.consumer_name or default_consumer_name(),
             admission=Admission(o.consumer_count),
-            deliveries=Mailbox[Delivery](max(o.consumer_count, o.read_batch, o.recovery_page_size) + o.consumer_count, name=f"{reg.queue}:deliveries"),
-            completions=Mailbox[Completion](max(64, o.consumer_count * 2), name=f"{reg.queue}:completions"),
+            deliveries=Mailbox[Delivery](
+                max(o.consumer_count, o.read_batch, o.recovery_page_size) + o.consumer_count,
+                name=f"{reg.queue}:deliveries",
+            ),
+            completions=Mailbox[Completion](
+                max(64, o.consumer_count * 2), name=f"{reg.queue}:completions"
+            ),
         )
 
     def build(self, client: RedisClient) -> Supervisor:
@@ -135,9 +140,17 @@ class Worker:
         for reg in self._registrations.values():
             rt = self._runtime(client, reg)
             self._runtimes[reg.queue] = rt
-            grace = duration_ms(reg.options.shutdown_grace, what="shutdown_grace", allow_zero=True) / 1000
+            grace = (
+                duration_ms(reg.options.shutdown_grace, what="shutdown_grace", allow_zero=True)
+                / 1000
+            )
             children = [
-                ChildSpec("completer", run_completer, rt, shutdown=grace + 2 * client.settings.command_timeout + 1),
+                ChildSpec(
+                    "completer",
+                    run_completer,
+                    rt,
+                    shutdown=grace + 2 * client.settings.command_timeout + 1,
+                ),
                 ChildSpec("runners", run_runner_pool, rt, shutdown=grace),
                 ChildSpec("sweeper", run_sweeper, rt, shutdown=client.settings.command_timeout + 1),
                 ChildSpec("reader", run_reader, rt, shutdown=client.settings.command_timeout + 1),

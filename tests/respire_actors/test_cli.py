@@ -15,12 +15,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     full_env = {k: v for k, v in os.environ.items() if k != "RESPIRE_REDIS_URL"}
     full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-m", "respire_actors", *args],
-        cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout, check=False,
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -41,8 +48,14 @@ def test_ping_prints_a_table(server_url: str) -> None:
     [
         (("ping", "--redis-url", "foo://x"), "unsupported Redis URL scheme"),
         (("ping", "--redis-url", "redis://127.0.0.1:1"), "cannot reach Redis"),
-        (("serve", "no_such_module_xyz:app", "--redis-url", "redis://127.0.0.1:6379"), "cannot import module"),
-        (("serve", "examples.email_app:nothing", "--redis-url", "redis://127.0.0.1:6379"), "has no attribute"),
+        (
+            ("serve", "no_such_module_xyz:app", "--redis-url", "redis://127.0.0.1:6379"),
+            "cannot import module",
+        ),
+        (
+            ("serve", "examples.email_app:nothing", "--redis-url", "redis://127.0.0.1:6379"),
+            "has no attribute",
+        ),
         (("serve", "badpath", "--redis-url", "redis://127.0.0.1:6379"), "must look like"),
     ],
 )
@@ -58,8 +71,13 @@ def test_usage_error_exit_2() -> None:
 
 
 def test_demo_runs_to_completion_on_the_embedded_server(tmp_path: Path) -> None:
-    result = run_cli("serve", "examples.email_app:app", "--data-dir", str(tmp_path / "data"),
-                     env={"DEMO_JOBS": "5"})
+    result = run_cli(
+        "serve",
+        "examples.email_app:app",
+        "--data-dir",
+        str(tmp_path / "data"),
+        env={"DEMO_JOBS": "5"},
+    )
     assert result.returncode == 0, result.stderr
     assert "5 of 5 jobs completed" in result.stdout
     assert (tmp_path / "data" / "appendonlydir").exists()  # AOF persistence was on
@@ -69,9 +87,20 @@ def test_sigint_stops_gracefully(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "RESPIRE_REDIS_URL"}
     env["DEMO_JOBS"] = "400"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "respire_actors", "serve", "examples.email_app:app",
-         "--data-dir", str(tmp_path / "data")],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "respire_actors",
+            "serve",
+            "examples.email_app:app",
+            "--data-dir",
+            str(tmp_path / "data"),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 30
