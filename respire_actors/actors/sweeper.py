@@ -40,7 +40,12 @@ async def _pass(rt: QueueRuntime, mode: str) -> bool:
                     rt.client,
                     (rt.keys.ready, rt.keys.control, rt.keys.events, rt.dead_key),
                     (
-                        rt.group, rt.consumer, mode, rt.visibility_ms, cursor, taken,
+                        rt.group,
+                        rt.consumer,
+                        mode,
+                        rt.visibility_ms,
+                        cursor,
+                        taken,
                         rt.delivery_limit,
                     ),
                 )
@@ -76,10 +81,12 @@ async def run_sweeper(
     # delivered before this run: the reader (started after us) waits for replay_done, and a
     # restarted sweeper skips replay because its consumer's pending entries are in flight in the
     # runners (re-claiming them would run each one twice; visibility recovery covers the rest).
-    rt.replay_done = anyio.Event()
-    mode = "replay" if ctx.restart_count == 0 else "recover"
-    if mode == "recover":
-        rt.replay_done.set()
+    if ctx.restart_count == 0:
+        mode = "replay"
+        rt.replay_done = anyio.Event()  # a fresh run of the tree: its reader starts after us
+    else:
+        mode = "recover"
+        rt.replay_done.set()  # the reader may be waiting on it, if replay had not finished
     task_status.started()
     while not ctx.stop_requested:
         try:

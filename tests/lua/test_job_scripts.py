@@ -48,7 +48,8 @@ async def enqueue(
     client: RedisClient, keys: JobQueueKeys, job_id: str, window: Any = 60_000
 ) -> str:
     reply = await ENQUEUE(
-        client, (keys.ready, keys.dedup(job_id)),
+        client,
+        (keys.ready, keys.dedup(job_id)),
         (window, "_respire.job.id", job_id, "_respire.job.payload", f"payload of {job_id}"),
     )
     return s(reply[0])
@@ -92,7 +93,12 @@ async def delivered(client: RedisClient, keys: JobQueueKeys, *job_ids: str) -> l
 def test_job_script_headers_name_every_key() -> None:
     scripts = [sc for sc in all_scripts() if sc.name.startswith("job_")]
     assert {sc.name for sc in scripts} >= {
-        "job_enqueue", "job_complete", "job_read", "job_progress", "job_log", "job_claim_pending"
+        "job_enqueue",
+        "job_complete",
+        "job_read",
+        "job_progress",
+        "job_log",
+        "job_claim_pending",
     }
     for script in scripts:
         documented = set(map(int, re.findall(r"^-- KEYS\[(\d+)\]", script.source, re.M)))
@@ -256,15 +262,24 @@ async def test_complete_is_fenced_by_consumer_and_attempt(
     assert await pending(client, keys) == [(a, "c1", 1), (b, "c1", 1)]
 
     assert await complete(
-        client, keys, "c1", (a, 1, "ack", "", "a"), (b, 1, "dead", "explicit", "b"),
+        client,
+        keys,
+        "c1",
+        (a, 1, "ack", "", "a"),
+        (b, 1, "dead", "explicit", "b"),
         (a, 1, "ack", "", "a"),
     ) == [1, 1, 0]  # the repeat inside the batch is already acknowledged
     assert await pending(client, keys) == []
     events = await client.execute("XRANGE", keys.events, "-", "+")
     assert [pairs(f) for _, f in events] == [
         {"kind": b"completed", "job_id": b"a", "entry_id": a.encode(), "attempt": b"1"},
-        {"kind": b"dead-letter", "job_id": b"b", "entry_id": b.encode(), "attempt": b"1",
-         "reason": b"explicit"},
+        {
+            "kind": b"dead-letter",
+            "job_id": b"b",
+            "entry_id": b.encode(),
+            "attempt": b"1",
+            "reason": b"explicit",
+        },
     ]
     (letter,) = await client.execute("XRANGE", keys.dead, "-", "+")
     assert pairs(letter[1]) == {
@@ -324,9 +339,11 @@ async def test_complete_preflight_refuses_a_wrong_events_key_type(
 async def progress(
     client: RedisClient, keys: JobQueueKeys, consumer: str, entry: str, attempt: int, pct: Any
 ) -> int:
-    return int(await PROGRESS(
-        client, (keys.ready, keys.events), (GROUP, consumer, entry, attempt, "a", pct)
-    ))
+    return int(
+        await PROGRESS(
+            client, (keys.ready, keys.events), (GROUP, consumer, entry, attempt, "a", pct)
+        )
+    )
 
 
 async def test_progress_is_fenced(client: RedisClient, keys: JobQueueKeys) -> None:
@@ -336,7 +353,10 @@ async def test_progress_is_fenced(client: RedisClient, keys: JobQueueKeys) -> No
     assert await progress(client, keys, "c1", a, 1, 10) == 1
     (event,) = await client.execute("XRANGE", keys.events, "-", "+")
     assert pairs(event[1]) == {
-        "kind": b"progress", "job_id": b"a", "entry_id": a.encode(), "attempt": b"1",
+        "kind": b"progress",
+        "job_id": b"a",
+        "entry_id": a.encode(),
+        "attempt": b"1",
         "percent": b"10",
     }
 
@@ -352,13 +372,24 @@ async def test_progress_refuses_a_bad_percent(
 
 
 async def log(
-    client: RedisClient, keys: JobQueueKeys, consumer: str, entry: str, attempt: int,
-    line: str, *, lines: Any = 100, retention: Any = 60_000, expires: Any = 0,
+    client: RedisClient,
+    keys: JobQueueKeys,
+    consumer: str,
+    entry: str,
+    attempt: int,
+    line: str,
+    *,
+    lines: Any = 100,
+    retention: Any = 60_000,
+    expires: Any = 0,
 ) -> int:
-    return int(await LOG(
-        client, (keys.ready, keys.logs("a")),
-        (GROUP, consumer, entry, attempt, line, lines, retention, expires),
-    ))
+    return int(
+        await LOG(
+            client,
+            (keys.ready, keys.logs("a")),
+            (GROUP, consumer, entry, attempt, line, lines, retention, expires),
+        )
+    )
 
 
 async def test_log_is_fenced(client: RedisClient, keys: JobQueueKeys) -> None:
@@ -383,7 +414,10 @@ async def test_log_respects_the_job_expiry(client: RedisClient, keys: JobQueueKe
 @pytest.mark.parametrize(
     "policy",
     [
-        {"lines": 0}, {"lines": 1001}, {"retention": 0}, {"retention": 2**31},
+        {"lines": 0},
+        {"lines": 1001},
+        {"retention": 0},
+        {"retention": 2**31},
         {"expires": "never"},
     ],
 )
@@ -409,11 +443,19 @@ async def test_log_preflight_refuses_a_wrong_key_type(
 
 
 async def claim(
-    client: RedisClient, keys: JobQueueKeys, consumer: str, mode: str, *,
-    min_idle: int = 0, cursor: str = "0-0", count: Any = 10, limit: int = 0,
+    client: RedisClient,
+    keys: JobQueueKeys,
+    consumer: str,
+    mode: str,
+    *,
+    min_idle: int = 0,
+    cursor: str = "0-0",
+    count: Any = 10,
+    limit: int = 0,
 ) -> Any:
     return await CLAIM(
-        client, (keys.ready, keys.control, keys.events, keys.dead),
+        client,
+        (keys.ready, keys.control, keys.events, keys.dead),
         (GROUP, consumer, mode, min_idle, cursor, count, limit),
     )
 
@@ -433,7 +475,9 @@ async def test_replay_pages_through_own_pending_entries(
     last = await claim(client, keys, "c1", "replay", count=1, cursor=ids[1])
     assert s(last[1]) == "0-0" and last[2] == []  # "other" owns c
     assert await pending(client, keys) == [
-        (ids[0], "c1", 2), (ids[1], "c1", 2), (ids[2], "other", 2)
+        (ids[0], "c1", 2),
+        (ids[1], "c1", 2),
+        (ids[2], "other", 2),
     ]
 
 
@@ -451,9 +495,7 @@ async def test_recover_claims_idle_entries_and_counts_deleted_ones(
     assert await pending(client, keys) == [(b, "c2", 2)]
 
 
-async def test_recover_dead_letters_past_the_limit(
-    client: RedisClient, keys: JobQueueKeys
-) -> None:
+async def test_recover_dead_letters_past_the_limit(client: RedisClient, keys: JobQueueKeys) -> None:
     await delivered(client, keys, "a")
     reply = await claim(client, keys, "c2", "recover", limit=1)
     assert reply[2] == [] and int(reply[4]) == 1

@@ -94,10 +94,7 @@ async def events_of_kind(client: RedisClient, keys: JobQueueKeys, kind: str) -> 
 
 
 async def pending_count(client: RedisClient, keys: JobQueueKeys) -> int:
-    try:
-        summary = await client.execute("XPENDING", keys.ready, CONSUMER_GROUP)
-    except Exception:
-        return 0
+    summary = await client.execute("XPENDING", keys.ready, CONSUMER_GROUP)
     return int(summary[0])
 
 
@@ -125,8 +122,15 @@ async def deliver(
 ) -> list[Delivery]:
     """Read new entries for ``consumer`` by hand (XREADGROUP), as a worker's reader would."""
     reply = await client.execute(
-        "XREADGROUP", "GROUP", CONSUMER_GROUP, consumer, "COUNT", count,
-        "STREAMS", keys.ready, ">",
+        "XREADGROUP",
+        "GROUP",
+        CONSUMER_GROUP,
+        consumer,
+        "COUNT",
+        count,
+        "STREAMS",
+        keys.ready,
+        ">",
     )
     return [
         Delivery(entry_id, {bytes(k): bytes(v) for k, v in _pairs(flat)}, 1)

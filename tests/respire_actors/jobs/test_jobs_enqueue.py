@@ -160,9 +160,7 @@ async def test_a_sub_millisecond_window_is_one_millisecond(
         True,
     ],
 )
-async def test_invalid_window_is_rejected_before_sending(
-    queue: JobQueue[str], window: Any
-) -> None:
+async def test_invalid_window_is_rejected_before_sending(queue: JobQueue[str], window: Any) -> None:
     with pytest.raises(ValidationError):
         await unentered(queue).enqueue("w", "x", dedup_window=window)
 
@@ -170,9 +168,7 @@ async def test_invalid_window_is_rejected_before_sending(
 @pytest.mark.parametrize(
     "job_id", ["", "   ", "\t\n", 5, None, b"bytes-id", "x" * 1025, "é" * 513, "bad\ud800"]
 )
-async def test_invalid_job_id_is_rejected_before_sending(
-    queue: JobQueue[str], job_id: Any
-) -> None:
+async def test_invalid_job_id_is_rejected_before_sending(queue: JobQueue[str], job_id: Any) -> None:
     with pytest.raises(ValidationError):
         await unentered(queue).enqueue(job_id, "x")
 

@@ -102,8 +102,17 @@ async def test_reader_survives_a_dropped_connection(
     async def add(i: int) -> str:
         return text(
             await client.execute(
-                "XADD", events_key, "*", "kind", "completed", "job_id", f"j{i}",
-                "entry_id", f"{i}-0", "attempt", "1",
+                "XADD",
+                events_key,
+                "*",
+                "kind",
+                "completed",
+                "job_id",
+                f"j{i}",
+                "entry_id",
+                f"{i}-0",
+                "attempt",
+                "1",
             )
         )
 

@@ -40,9 +40,7 @@ LONG = timedelta(seconds=60)
 
 async def steal(client: RedisClient, queue: JobQueue[str], entry_id: str) -> None:
     """Another consumer takes the delivery over, as visibility recovery would."""
-    claimed = await client.execute(
-        "XCLAIM", queue.keys.ready, CONSUMER_GROUP, "thief", 0, entry_id
-    )
+    claimed = await client.execute("XCLAIM", queue.keys.ready, CONSUMER_GROUP, "thief", 0, entry_id)
     assert len(claimed) == 1
 
 
@@ -189,7 +187,9 @@ async def test_killed_worker_process_job_is_recovered_once(
     ready_key = queue.keys.custom("crash-ready")
     process = await anyio.open_process(
         [sys.executable, "-c", CRASHING_WORKER, server_url, queue.name, ready_key],
-        stdin=subprocess.DEVNULL, stdout=None, stderr=None,
+        stdin=subprocess.DEVNULL,
+        stdout=None,
+        stderr=None,
     )
     try:
 
@@ -227,8 +227,11 @@ async def test_killed_worker_process_job_is_recovered_once(
 
 
 async def delivered(
-    client: RedisClient, queue: JobQueue[str], make_runtime: Callable[..., QueueRuntime],
-    consumer: str, count: int,
+    client: RedisClient,
+    queue: JobQueue[str],
+    make_runtime: Callable[..., QueueRuntime],
+    consumer: str,
+    count: int,
 ) -> tuple[QueueRuntime, list[Delivery]]:
     await create_group(client, queue.keys)
     rt = make_runtime(queue.name, consumer=consumer)

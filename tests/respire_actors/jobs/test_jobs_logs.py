@@ -162,5 +162,7 @@ async def test_progress_bounds_are_accepted_and_need_not_be_monotonic(
         assert await job.report_progress(percent)
     progress = await events_of_kind(client, queue.keys, "progress")
     assert [(e.percent, e.entry_id, e.attempt) for e in progress] == [
-        (0, job.entry_id, 1), (100, job.entry_id, 1), (40, job.entry_id, 1)
+        (0, job.entry_id, 1),
+        (100, job.entry_id, 1),
+        (40, job.entry_id, 1),
     ]

@@ -56,8 +56,9 @@ async def test_stop_finishes_the_running_handler_and_leaves_the_rest_unread(
         return ACK
 
     worker = Worker()
-    options = fast_options(consumer_count=1, visibility_timeout=LONG,
-                           shutdown_grace=timedelta(seconds=10))
+    options = fast_options(
+        consumer_count=1, visibility_timeout=LONG, shutdown_grace=timedelta(seconds=10)
+    )
     worker.register(queue.name, handler, StrCodec(), options)
     with anyio.fail_after(15):
         async with anyio.create_task_group() as tg:
@@ -144,9 +145,7 @@ async def test_own_pending_jobs_are_replayed_at_startup(
     assert await pending_rows(client, queue.keys) == [(theirs.entry_id, "host-b", 1)]
 
 
-async def test_startup_replay_precedes_new_reads(
-    client: RedisClient, queue: JobQueue[str]
-) -> None:
+async def test_startup_replay_precedes_new_reads(client: RedisClient, queue: JobQueue[str]) -> None:
     """Replay must not re-claim what the reader delivered meanwhile to the same consumer name
     (each new job would then run twice, once per delivery)."""
     await queue.enqueue_many([("old-1", "x"), ("old-2", "x")])
@@ -162,8 +161,9 @@ async def test_startup_replay_precedes_new_reads(
         return ACK
 
     # One entry per replay page: the replay pass spans several round trips.
-    options = fast_options(consumer_name="host-a", visibility_timeout=LONG,
-                           recovery_page_size=1, consumer_count=16)
+    options = fast_options(
+        consumer_name="host-a", visibility_timeout=LONG, recovery_page_size=1, consumer_count=16
+    )
     async with running_worker(client, queue.name, handler, options=options) as worker:
         stats = worker.statistics(queue.name)
         await wait_until(lambda: stats.started >= 8)
@@ -198,14 +198,19 @@ async def test_a_restarted_sweeper_does_not_replay_running_jobs(
         await wait_until(lambda: stats.started == 1)
         # A squatter on the dead-letter key makes the sweeper's next pass fail: it restarts.
         await client.execute("SET", queue.keys.dead, "squatter")
-        await wait_until(
-            lambda: child_state(worker, queue.name, "sweeper") is RunState.RESTARTING
-        )
+        await wait_until(lambda: child_state(worker, queue.name, "sweeper") is RunState.RESTARTING)
         await client.execute("DEL", queue.keys.dead)
         # Age the orphan past the visibility timeout: the next completed pass recovers it.
         await client.execute(
-            "XCLAIM", queue.keys.ready, "respire", "ghost", 0, orphan.entry_id,
-            "IDLE", 3_600_000, "JUSTID",
+            "XCLAIM",
+            queue.keys.ready,
+            "respire",
+            "ghost",
+            0,
+            orphan.entry_id,
+            "IDLE",
+            3_600_000,
+            "JUSTID",
         )
         await wait_until(lambda: stats.acked == 1 and stats.recovered == 1)
         release.set()
@@ -215,8 +220,34 @@ async def test_a_restarted_sweeper_does_not_replay_running_jobs(
     assert sorted(calls) == [("orphan", 2), ("running", 1)]
     completed = await events_of_kind(client, queue.keys, "completed")
     assert sorted((e.entry_id, e.attempt) for e in completed) == [
-        (orphan.entry_id, 2), (running.entry_id, 1)
+        (orphan.entry_id, 2),
+        (running.entry_id, 1),
     ]
+
+
+async def test_a_failed_startup_replay_does_not_hold_up_the_reader(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    old = await queue.enqueue("old", "x")
+    await create_group(client, queue.keys)
+    await deliver(client, queue.keys, "host-a")
+    await client.execute("SET", queue.keys.dead, "squatter")  # replay's preflight fails
+    handled: list[str] = []
+
+    async def handler(job: Job[str]) -> Outcome:
+        handled.append(job.id)
+        return ACK
+
+    options = fast_options(consumer_name="host-a", visibility_timeout=LONG)
+    async with running_worker(client, queue.name, handler, options=options) as worker:
+        await wait_until(lambda: child_state(worker, queue.name, "sweeper") is RunState.RESTARTING)
+        await client.execute("DEL", queue.keys.dead)
+        await queue.enqueue("new", "y")
+        await wait_until(lambda: worker.statistics(queue.name).acked == 1)
+
+    assert handled == ["new"]
+    # Not replayed by the restarted sweeper: it waits for visibility recovery.
+    assert await pending_rows(client, queue.keys) == [(old.entry_id, "host-a", 1)]
 
 
 @pytest.mark.parametrize("owner", ["other-consumer", "same-consumer"])

@@ -65,9 +65,7 @@ async def test_leaving_without_commit_writes_nothing(
     assert await client.execute("EXISTS", queue.keys.dedup("receipt:42")) == 0
 
 
-async def test_result_before_commit_is_an_error(
-    client: RedisClient, queue: JobQueue[str]
-) -> None:
+async def test_result_before_commit_is_an_error(client: RedisClient, queue: JobQueue[str]) -> None:
     async with client.transaction() as tx:
         job = queue.enqueue_in(tx, "receipt:42", "x")
         with pytest.raises(RuntimeError):
@@ -97,9 +95,7 @@ async def test_watch_abort_writes_nothing(
     assert await client.execute("EXISTS", queue.keys.dedup("receipt:42")) == 0
 
 
-async def test_watch_without_a_change_commits(
-    client: RedisClient, queue: JobQueue[str]
-) -> None:
+async def test_watch_without_a_change_commits(client: RedisClient, queue: JobQueue[str]) -> None:
     order = business_key(queue)
     async with client.transaction(order) as tx:
         assert await tx.read("GET", order) is None

@@ -43,9 +43,7 @@ async def test_ack_publishes_completed_and_acknowledges(
     seen: list[tuple[str, str, str, int, int, str]] = []
 
     async def handler(job: Job[str]) -> Outcome:
-        seen.append(
-            (job.id, job.payload, job.entry_id, job.attempt, job.total_attempts, job.queue)
-        )
+        seen.append((job.id, job.payload, job.entry_id, job.attempt, job.total_attempts, job.queue))
         return ACK
 
     async with running_worker(client, queue.name, handler) as worker:
@@ -301,9 +299,10 @@ async def test_stable_and_default_consumer_names(client: RedisClient, unique_nam
     options = fast_options(consumer_name="host-a")
     async with running_worker(client, unique_name, handler, options=options) as worker:
         assert worker.consumer_name(unique_name) == "host-a"
-    async with running_worker(client, unique_name, handler) as one, running_worker(
-        client, unique_name, handler
-    ) as two:
+    async with (
+        running_worker(client, unique_name, handler) as one,
+        running_worker(client, unique_name, handler) as two,
+    ):
         assert one.consumer_name(unique_name) != two.consumer_name(unique_name)
 
 
@@ -360,8 +359,13 @@ def test_invalid_log_policy(changes: dict[str, Any]) -> None:
 
 
 def test_option_boundaries_are_accepted() -> None:
-    WorkerOptions(consumer_count=1, delivery_limit=1, dead_letter_stream="dlq",
-                  shutdown_grace=timedelta(0), visibility_timeout=timedelta(milliseconds=1))
+    WorkerOptions(
+        consumer_count=1,
+        delivery_limit=1,
+        dead_letter_stream="dlq",
+        shutdown_grace=timedelta(0),
+        visibility_timeout=timedelta(milliseconds=1),
+    )
     WorkerOptions(delivery_limit=None)
     LogPolicy(max_lines=1000, max_line_bytes=16384, retention=timedelta(milliseconds=2**31 - 1))
 
@@ -402,5 +406,10 @@ async def test_events_carry_no_payload(client: RedisClient, queue: JobQueue[str]
     for _, flat in rows:
         assert all(b"credit-card" not in v for v in flat)
         assert {text(k) for k in flat[0::2]} <= {
-            "kind", "job_id", "entry_id", "attempt", "percent", "reason"
+            "kind",
+            "job_id",
+            "entry_id",
+            "attempt",
+            "percent",
+            "reason",
         }
