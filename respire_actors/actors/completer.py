@@ -14,31 +14,22 @@ from supervisors import MailboxClosed, current_child
 
 from ..errors import RedisUnavailable
 from ..jobs.runtime import Completion, QueueRuntime, log
-from ..redis.client import Arg
-from ..redis.scripts import load
 
-_COMPLETE = load("job_complete")
 MAX_BATCH = 256
 
 
 async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
     """Commit one batch (retrying transient failures); returns 1/0 (committed/stale) each."""
-    args: list[Arg] = [rt.group, rt.consumer, len(batch)]
-    for c in batch:
-        args += [c.delivery.entry_id, c.delivery.attempt, c.kind, c.reason, c.delivery.job_id]
     backoff = 0.05
     while True:
         try:
             with anyio.CancelScope(shield=True):
-                reply = await _COMPLETE(
-                    rt.client, (rt.keys.ready, rt.keys.events, rt.dead_key), args
-                )
+                statuses = await rt.source.complete(rt.consumer, batch)
             break
         except RedisUnavailable as exc:
-            log.warning("completing %d jobs of %s: %s; retrying", len(batch), rt.keys.name, exc)
+            log.warning("completing %d deliveries of %s: %s; retrying", len(batch), rt.name, exc)
             await anyio.sleep(backoff)
             backoff = min(backoff * 2, 3.2)
-    statuses = [int(s) for s in reply]
     rt.stats.completion_batches += 1
     for c, status in zip(batch, statuses, strict=True):
         if not status:

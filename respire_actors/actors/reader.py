@@ -14,13 +14,8 @@ import anyio.abc
 from supervisors import current_child
 
 from ..errors import RedisUnavailable, ServerError
-from ..jobs.model import Delivery
 from ..jobs.options import duration_ms
 from ..jobs.runtime import QueueRuntime, log
-from ..redis.scripts import load
-from ._util import field_map, text
-
-_READ = load("job_read")
 
 
 async def run_reader(
@@ -43,44 +38,48 @@ async def run_reader(
             try:
                 # Shielded: a read cancelled mid-flight would strand its entries until recovery.
                 with anyio.CancelScope(shield=True):
-                    reply = await _READ(
-                        rt.client, (rt.keys.ready, rt.keys.control), (rt.group, rt.consumer, taken)
-                    )
+                    result = await rt.source.read(rt.consumer, taken)
             except ServerError as exc:
                 rt.admission.release(taken)
                 if exc.code == "NOGROUP":
-                    log.warning("consumer group of %s vanished; recreating it", rt.keys.name)
+                    log.warning("consumer group of %s vanished; recreating it", rt.name)
                     await rt.ensure_group()
                     continue
                 raise
             except RedisUnavailable as exc:
                 rt.admission.release(taken)
-                log.warning("reader for %s: %s; retrying in %.2fs", rt.keys.name, exc, backoff)
+                log.warning("reader for %s: %s; retrying in %.2fs", rt.name, exc, backoff)
                 await anyio.sleep(backoff)
                 backoff = min(backoff * 2, 3.2)
                 continue
             backoff = 0.05
             rt.stats.read_calls += 1
-            status = text(reply[0])
-            if status == "ok":
-                entries = reply[1]
-                rt.admission.release(taken - len(entries))
-                rt.stats.admitted += len(entries)
-                for entry_id, flat in entries:
-                    rt.deliveries.send_nowait(Delivery(text(entry_id), field_map(flat), 1))
+            if result.status == "ok":
+                rt.admission.release(taken - len(result.deliveries))
+                rt.stats.admitted += len(result.deliveries)
+                now = anyio.current_time()
+                for delivery in result.deliveries:
+                    delivery.received_at = now
+                    rt.deliveries.send_nowait(delivery)
                 continue
             rt.admission.release(taken)
-            if status == "paused":
-                rt.stats.paused_reads += 1
+            if result.status in ("paused", "limited"):
+                if result.status == "paused":
+                    rt.stats.paused_reads += 1
+                else:
+                    rt.stats.rate_limited_reads += 1
+                wait_ms = poll_ms
+                if result.retry_after_ms > 0:
+                    wait_ms = min(poll_ms, result.retry_after_ms)
                 with ctx.stop_scope():
-                    await anyio.sleep(poll_ms / 1000)
+                    await anyio.sleep(wait_ms / 1000)
                 continue
             # empty: wait for an entry newer than the last one, without claiming it
-            last_id = text(reply[1])
             with ctx.stop_scope():
                 try:
                     await blocking.execute(
-                        "XREAD", "COUNT", 1, "BLOCK", poll_ms, "STREAMS", rt.keys.ready, last_id
+                        "XREAD", "COUNT", 1, "BLOCK", poll_ms,
+                        "STREAMS", rt.source.stream_key, result.last_id,
                     )
                 except RedisUnavailable:
                     await anyio.sleep(backoff)

@@ -28,7 +28,7 @@ async def process(rt: QueueRuntime, delivery: Delivery, deadline: float) -> None
         log.warning(
             "job %r of %s cannot be decoded (%s); dead-lettering without calling the handler",
             delivery.job_id,
-            rt.keys.name,
+            rt.name,
             exc,
         )
         await rt.completions.send(
@@ -48,7 +48,7 @@ async def process(rt: QueueRuntime, delivery: Delivery, deadline: float) -> None
             rt.stats.failed += 1
             log.exception(
                 "handler for %s failed on job %r (attempt %d)",
-                rt.keys.name,
+                rt.name,
                 delivery.job_id,
                 delivery.attempt,
             )
@@ -57,7 +57,7 @@ async def process(rt: QueueRuntime, delivery: Delivery, deadline: float) -> None
             job.lease_lost = True
             rt.stats.leases_lost += 1
         log.warning(
-            "job %r of %s lost its lease; left pending for recovery", delivery.job_id, rt.keys.name
+            "job %r of %s lost its lease; left pending for recovery", delivery.job_id, rt.name
         )
         return
     if failed:
@@ -71,7 +71,7 @@ async def process(rt: QueueRuntime, delivery: Delivery, deadline: float) -> None
     else:
         log.error(
             "handler for %s returned %r, not an outcome; treating it as a failure",
-            rt.keys.name,
+            rt.name,
             outcome,
         )
         rt.stats.failed += 1
@@ -97,9 +97,9 @@ async def _runner_loop(rt: QueueRuntime) -> None:
         if delivery is None:
             break
         try:
-            # The lease started when Redis delivered; local time since the read returned is a
-            # conservative bound (the handler is cancelled no later than recovery may begin).
-            await process(rt, delivery, anyio.current_time() + visibility)
+            # The lease is counted from when the read that claimed the entry returned, which is
+            # after Redis delivered it; fencing keeps the short overlap harmless.
+            await process(rt, delivery, delivery.received_at + visibility)
         finally:
             rt.admission.release(1)
 

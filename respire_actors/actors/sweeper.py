@@ -14,13 +14,8 @@ import anyio.abc
 from supervisors import current_child
 
 from ..errors import RedisUnavailable
-from ..jobs.model import Delivery
 from ..jobs.options import duration_ms
 from ..jobs.runtime import QueueRuntime, log
-from ..redis.scripts import load
-from ._util import field_map, text
-
-_CLAIM = load("job_claim_pending")
 
 
 async def _pass(rt: QueueRuntime, mode: str) -> bool:
@@ -36,35 +31,27 @@ async def _pass(rt: QueueRuntime, mode: str) -> bool:
             return False
         try:
             with anyio.CancelScope(shield=True):
-                reply = await _CLAIM(
-                    rt.client,
-                    (rt.keys.ready, rt.keys.control, rt.keys.events, rt.dead_key),
-                    (
-                        rt.group,
-                        rt.consumer,
-                        mode,
-                        rt.visibility_ms,
-                        cursor,
-                        taken,
-                        rt.delivery_limit,
-                    ),
+                result = await rt.source.claim(
+                    rt.consumer, mode, cursor, taken, rt.visibility_ms, rt.delivery_limit
                 )
         except BaseException:
             rt.admission.release(taken)
             raise
-        if text(reply[0]) == "paused":
+        if result.denied:
             rt.admission.release(taken)
             return False
-        next_cursor, claimed = text(reply[1]), reply[2]
-        rt.stats.cleared_deleted_refs += int(reply[3])
-        rt.stats.dead_lettered_by_recovery += int(reply[4])
-        rt.admission.release(taken - len(claimed))
-        for entry_id, flat, deliveries in claimed:
+        next_cursor = result.next_cursor
+        rt.stats.cleared_deleted_refs += result.cleared_deleted
+        rt.stats.dead_lettered_by_recovery += result.dead_lettered
+        rt.admission.release(taken - len(result.deliveries))
+        now = anyio.current_time()
+        for delivery in result.deliveries:
             if mode == "replay":
                 rt.stats.replayed += 1
             else:
                 rt.stats.recovered += 1
-            rt.deliveries.send_nowait(Delivery(text(entry_id), field_map(flat), int(deliveries)))
+            delivery.received_at = now
+            rt.deliveries.send_nowait(delivery)
         if next_cursor == "0-0":
             return True
         cursor = next_cursor
@@ -94,6 +81,6 @@ async def run_sweeper(
                 mode = "recover"
                 rt.replay_done.set()
         except RedisUnavailable as exc:
-            log.warning("recovery for %s: %s", rt.keys.name, exc)
+            log.warning("recovery for %s: %s", rt.name, exc)
         with ctx.stop_scope():
             await anyio.sleep(interval)

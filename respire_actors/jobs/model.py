@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Literal
 
 
-class DeadLetterReason(str, Enum):
+class DeadLetterReason(StrEnum):
     """Why a job ended in the dead-letter stream."""
 
     EXPLICIT = "explicit"
@@ -63,13 +63,15 @@ class JobEvent:
     extra: Mapping[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Delivery:
-    """A claimed ready-stream entry, before decoding. ``attempt`` is its delivery count."""
+    """A claimed stream entry, before decoding. ``attempt`` is its delivery count;
+    ``received_at`` the local monotonic time the claiming read returned (lease start)."""
 
     entry_id: str
     fields: Mapping[bytes, bytes]
     attempt: int
+    received_at: float = 0.0
 
     @property
     def job_id(self) -> str:

@@ -238,10 +238,7 @@ def _pairs(flat: Sequence[Any]) -> Iterable[tuple[Any, Any]]:
 
 def _stream_entries(reply: Any) -> list[tuple[str, Sequence[Any]]]:
     """Entries of a single-stream XREAD reply (RESP2 list or RESP3 map)."""
-    if isinstance(reply, dict):
-        streams = list(reply.values())
-    else:
-        streams = [item[1] for item in reply]
+    streams = list(reply.values()) if isinstance(reply, dict) else [item[1] for item in reply]
     out: list[tuple[str, Sequence[Any]]] = []
     for entries in streams:
         for entry_id, flat in entries:

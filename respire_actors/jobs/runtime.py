@@ -12,6 +12,7 @@ import anyio
 from supervisors import Mailbox
 
 from ..actors.admission import Admission
+from ..actors.source import Source
 from ..codecs import Codec
 from ..errors import ValidationError
 from ..keys import JobQueueKeys
@@ -50,6 +51,7 @@ class WorkerStatistics:
     completion_batches: int = 0
     read_calls: int = 0
     paused_reads: int = 0
+    rate_limited_reads: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +68,7 @@ class QueueRuntime:
     """Everything the actors of one registration share."""
 
     client: RedisClient
-    keys: JobQueueKeys
+    keys: JobQueueKeys | None
     codec: Codec[Any]
     handler: Handler
     options: WorkerOptions
@@ -74,6 +76,7 @@ class QueueRuntime:
     admission: Admission
     deliveries: Mailbox[Delivery]
     completions: Mailbox[Completion]
+    source: Source
     group: str = CONSUMER_GROUP
     stats: WorkerStatistics = field(default_factory=WorkerStatistics)
     stopping: anyio.Event = field(default_factory=anyio.Event)
@@ -82,9 +85,11 @@ class QueueRuntime:
     replay_done: anyio.Event = field(default_factory=anyio.Event)
 
     @property
-    def dead_key(self) -> str:
-        suffix = self.options.dead_letter_stream
-        return self.keys.custom(suffix) if suffix else self.keys.dead
+    def job_keys(self) -> JobQueueKeys:
+        """The job queue's keys (job workers only)."""
+        if self.keys is None:
+            raise RuntimeError("this runtime does not belong to a job queue")
+        return self.keys
 
     @property
     def visibility_ms(self) -> int:
@@ -94,17 +99,14 @@ class QueueRuntime:
     def delivery_limit(self) -> int:
         return self.options.delivery_limit or 0
 
-    async def ensure_group(self) -> None:
-        """Create the consumer group from the start of the stream; BUSYGROUP is success."""
-        from ..errors import ServerError
+    @property
+    def name(self) -> str:
+        """The queue (or stream) name, for logs."""
+        return self.source.name
 
-        try:
-            await self.client.execute(
-                "XGROUP", "CREATE", self.keys.ready, self.group, "0", "MKSTREAM"
-            )
-        except ServerError as exc:
-            if exc.code != "BUSYGROUP":
-                raise
+    async def ensure_group(self) -> None:
+        """Create the consumer group if missing (BUSYGROUP is success)."""
+        await self.source.ensure_group()
 
 
 class Job(Generic[T]):
@@ -144,7 +146,7 @@ class Job(Generic[T]):
 
     @property
     def queue(self) -> str:
-        return self._rt.keys.name
+        return self._rt.name
 
     def _lose_lease(self) -> None:
         if not self.lease_lost:
@@ -164,7 +166,7 @@ class Job(Generic[T]):
         rt = self._rt
         ok = await _PROGRESS(
             rt.client,
-            (rt.keys.ready, rt.keys.events),
+            (rt.job_keys.ready, rt.job_keys.events),
             (rt.group, rt.consumer, self.entry_id, self.attempt, self.id, percent),
         )
         if not ok:
@@ -190,7 +192,7 @@ class Job(Generic[T]):
         rt = self._rt
         ok = await _LOG(
             rt.client,
-            (rt.keys.ready, rt.keys.logs(self.id)),
+            (rt.job_keys.ready, rt.job_keys.logs(self.id)),
             (
                 rt.group,
                 rt.consumer,

@@ -31,13 +31,14 @@ from ..actors.admission import Admission
 from ..actors.completer import run_completer
 from ..actors.reader import run_reader
 from ..actors.runner import run_runner_pool
+from ..actors.source import JobSource
 from ..actors.sweeper import run_sweeper
 from ..codecs import Codec
 from ..errors import ValidationError
 from ..keys import JobQueueKeys, validate_name
 from ..redis.client import RedisClient
 from .model import Delivery
-from .options import WorkerOptions, default_consumer_name, duration_ms
+from .options import CONSUMER_GROUP, WorkerOptions, default_consumer_name, duration_ms
 from .runtime import Completion, Handler, QueueRuntime, WorkerStatistics
 
 T = TypeVar("T")
@@ -115,9 +116,12 @@ class Worker:
 
     def _runtime(self, client: RedisClient, reg: Registration) -> QueueRuntime:
         o = reg.options
+        keys = JobQueueKeys(reg.queue, client.key_prefix)
+        dead = keys.custom(o.dead_letter_stream) if o.dead_letter_stream else keys.dead
         return QueueRuntime(
             client=client,
-            keys=JobQueueKeys(reg.queue, client.key_prefix),
+            keys=keys,
+            source=JobSource(client, keys, dead, CONSUMER_GROUP),
             codec=reg.codec,
             handler=reg.handler,
             options=o,

@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 
 from respire_actors.actors.admission import Admission
+from respire_actors.actors.source import JobSource
 from respire_actors.codecs import Codec, StrCodec
 from respire_actors.jobs import Delivery, JobEvent, Worker, WorkerOptions
 from respire_actors.jobs.options import CONSUMER_GROUP
@@ -154,9 +155,12 @@ def new_runtime(
         raise AssertionError("the handler is not expected to run")
 
     options = options or fast_options()
+    keys = JobQueueKeys(queue, client.key_prefix)
+    dead = keys.custom(options.dead_letter_stream) if options.dead_letter_stream else keys.dead
     return QueueRuntime(
         client=client,
-        keys=JobQueueKeys(queue, client.key_prefix),
+        keys=keys,
+        source=JobSource(client, keys, dead, CONSUMER_GROUP),
         codec=codec or StrCodec(),
         handler=handler or unused,
         options=options,
