@@ -99,7 +99,7 @@ async def _runner_loop(rt: QueueRuntime) -> None:
         try:
             # The lease is counted from when the read that claimed the entry returned, which is
             # after Redis delivered it; fencing keeps the short overlap harmless.
-            await process(rt, delivery, delivery.received_at + visibility)
+            await (rt.process or process)(rt, delivery, delivery.received_at + visibility)
         finally:
             rt.admission.release(1)
 

@@ -78,6 +78,9 @@ class QueueRuntime:
     completions: Mailbox[Completion]
     source: Source
     group: str = CONSUMER_GROUP
+    # How a runner handles one delivery; None means the job-queue behaviour
+    # (respire_actors.actors.runner.process). Stream workers plug in their own.
+    process: Callable[[QueueRuntime, Delivery, float], Awaitable[None]] | None = None
     stats: WorkerStatistics = field(default_factory=WorkerStatistics)
     stopping: anyio.Event = field(default_factory=anyio.Event)
     # Set once the sweeper's startup replay is over (or skipped); the reader admits nothing
