@@ -1,0 +1,73 @@
+-- stream_claim_pending: recovery and startup replay of an application stream, one page.
+--
+-- KEYS[1]  the stream
+-- KEYS[2]  dead-letter stream (same slot)
+-- ARGV[1]  consumer group
+-- ARGV[2]  consumer name
+-- ARGV[3]  mode: 'recover' (XAUTOCLAIM entries idle >= ARGV[4] ms from cursor ARGV[5]) or
+--          'replay' (re-claim this consumer's own pending entries after cursor ARGV[5])
+-- ARGV[4]  minimum idle time in ms
+-- ARGV[5]  cursor ('0-0' to start)
+-- ARGV[6]  page size (1 .. 1000)
+-- ARGV[7]  delivery limit (0 = unlimited)
+--
+-- Returns {'ok', next_cursor, claimed, deleted_count, dead_count}; claimed is a list of
+-- {id, fields, deliveries}. Entries delivered more than the limit are copied to the dead-letter
+-- stream (fields plus _respire.source_id, _respire.attempt, _respire.reason=delivery-limit,
+-- _respire.consumer) and acknowledged, not returned. PEL references to deleted entries are
+-- cleared and counted. Errors: RESPIRE_WRONGTYPE, RESPIRE_NOPERM, RESPIRE_ARGUMENT.
+--!include lib/preflight.lua
+
+local stream, dead = KEYS[1], KEYS[2]
+local group, consumer, mode = ARGV[1], ARGV[2], ARGV[3]
+local min_idle, cursor, count = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
+local limit = tonumber(ARGV[7])
+if not count or count < 1 or count > 1000 or not limit or not min_idle then
+  return redis.error_reply('RESPIRE_ARGUMENT bad recovery arguments')
+end
+local err = respire_preflight({{stream, 'stream'}, {dead, 'stream'}},
+  {{'XADD', dead, '*', 'f', 'v'}, {'XACK', stream, group, '0-1'}})
+if err then return err end
+
+local entries, next_cursor, deleted = {}, '0-0', 0
+if mode == 'recover' then
+  local r = redis.call('XAUTOCLAIM', stream, group, consumer, min_idle, cursor, 'COUNT', count)
+  next_cursor = r[1]
+  entries = r[2]
+  if r[3] then deleted = #r[3] end
+else
+  local start = '-'
+  if cursor ~= '0-0' then start = '(' .. cursor end
+  local rows = redis.call('XPENDING', stream, group, start, '+', count, consumer)
+  if #rows > 0 then
+    local ids = {}
+    for i, row in ipairs(rows) do ids[i] = row[1] end
+    entries = redis.call('XCLAIM', stream, group, consumer, 0, unpack(ids))
+    if #entries < #ids then deleted = #ids - #entries end
+    if #rows == count then next_cursor = rows[#rows][1] end
+  end
+end
+
+local claimed, dead_count = {}, 0
+for _, entry in ipairs(entries) do
+  local id, fields = entry[1], entry[2]
+  if fields then
+    local deliveries = tonumber(redis.call('XPENDING', stream, group, id, id, 1)[1][4])
+    if limit > 0 and deliveries > limit then
+      local copy = {}
+      for i = 1, #fields do copy[i] = fields[i] end
+      for _, v in ipairs({'_respire.source_id', id, '_respire.attempt', tostring(deliveries),
+                          '_respire.reason', 'delivery-limit', '_respire.consumer', consumer}) do
+        copy[#copy + 1] = v
+      end
+      redis.call('XADD', dead, '*', unpack(copy))
+      redis.call('XACK', stream, group, id)
+      dead_count = dead_count + 1
+    else
+      claimed[#claimed + 1] = {id, fields, deliveries}
+    end
+  else
+    deleted = deleted + 1
+  end
+end
+return {'ok', next_cursor, claimed, deleted, dead_count}

@@ -1,0 +1,381 @@
+"""Stream workers: supervised consumers of streams the application owns.
+
+A stream worker runs the same actors as a job worker (admission-sized reads, a non-claiming
+blocking wait, runners with lease-owned cancel scopes, batched fenced completion, startup replay
+and bounded recovery); only the atomic steps differ (:class:`StreamSource`). Handlers receive
+raw entries and return ``ACK``, ``NACK`` or ``DeadLetter(reason)``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+import anyio
+import anyio.abc
+
+from supervisors import Mailbox, Restart, Supervisor, SupervisorSnapshot
+
+from ..actors._util import text
+from ..actors.admission import Admission
+from ..actors.source import (
+    ClaimResult,
+    ReadResult,
+    claim_result,
+    create_group,
+    deliveries_from_read,
+)
+from ..actors.tree import consumer_supervisor
+from ..codecs import BytesCodec
+from ..errors import ConfigurationError, ValidationError
+from ..jobs.model import Ack, DeadLetter, DeadLetterReason, Delivery, Nack
+from ..jobs.options import WorkerOptions, default_consumer_name
+from ..jobs.runtime import Completion, QueueRuntime, WorkerStatistics, log
+from ..keys import same_slot, validate_name
+from ..redis.client import Arg, RedisClient
+from ..redis.scripts import load
+
+_READ = load("stream_read")
+_CLAIM = load("stream_claim_pending")
+_COMPLETE = load("stream_complete")
+
+_ID = re.compile(r"^\d+(-\d+)?$")
+
+
+def validate_start_id(start_id: object) -> str:
+    """``$`` (only new entries), ``0`` / ``0-0`` (the whole stream) or an entry id."""
+    if not isinstance(start_id, str) or not (start_id == "$" or _ID.match(start_id)):
+        raise ValidationError(
+            f"start_id must be '$', '0-0' or a stream entry id like '1700000000000-0', "
+            f"got {start_id!r}"
+        )
+    return start_id
+
+
+def _key(name: object, what: str) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise ValidationError(f"{what} must be a nonblank str")
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class StreamWorkerOptions:
+    """How a stream worker consumes one stream.
+
+    group:               consumer group, created idempotently at ``start_id`` if missing
+    start_id:            where a new group starts: ``$`` (new entries only, default), ``0-0``
+                         (everything retained) or an entry id; ignored when the group exists
+    consumer_name:       this process's consumer; default unique per process
+    concurrency:         handlers running at once (admission permits)
+    batch_size:          most entries one read admits (also bounded by free permits)
+    block:               longest blocking wait for new entries
+    visibility_timeout:  idle time after which another consumer may recover a delivery; also the
+                         handler's lease (it is cancelled when it runs out)
+    recovery:            run startup replay and periodic recovery (XAUTOCLAIM); turn it off only
+                         when another process recovers this group's pending entries
+    recovery_interval, recovery_page_size: cadence and page size of recovery passes
+    delivery_limit:      deliveries before an entry is dead-lettered (None = unlimited)
+    dead_letter_stream:  full key of the dead-letter stream (default ``<stream>:dead``); must
+                         share the stream's cluster slot
+    delete_acknowledged: XDEL entries once acknowledged (only if no other group needs them)
+    shutdown_grace:      time running handlers get to finish at shutdown
+    """
+
+    group: str = "respire"
+    start_id: str = "$"
+    consumer_name: str | None = None
+    concurrency: int = 16
+    batch_size: int = 64
+    block: timedelta = timedelta(seconds=1)
+    visibility_timeout: timedelta = timedelta(minutes=2)
+    recovery: bool = True
+    recovery_interval: timedelta = timedelta(seconds=5)
+    recovery_page_size: int = 64
+    delivery_limit: int | None = 5
+    dead_letter_stream: str | None = None
+    delete_acknowledged: bool = False
+    shutdown_grace: timedelta = timedelta(seconds=10)
+
+    def __post_init__(self) -> None:
+        validate_name(self.group, what="consumer group")
+        validate_start_id(self.start_id)
+        if self.dead_letter_stream is not None:
+            _key(self.dead_letter_stream, "dead_letter_stream")
+        self.worker_options()  # validates the shared fields with their precise messages
+
+    def worker_options(self) -> WorkerOptions:
+        return WorkerOptions(
+            consumer_count=self.concurrency,
+            visibility_timeout=self.visibility_timeout,
+            recovery_interval=self.recovery_interval,
+            recovery_page_size=self.recovery_page_size,
+            delivery_limit=self.delivery_limit,
+            consumer_name=self.consumer_name,
+            read_batch=self.batch_size,
+            poll_interval=self.block,
+            shutdown_grace=self.shutdown_grace,
+        )
+
+
+class StreamEntry:
+    """One delivery of a stream entry, as a stream handler sees it.
+
+    ``id`` is the entry id, ``fields`` its field/value map (bytes), ``attempt`` its delivery
+    count. The handler runs in :attr:`cancel_scope`, cancelled when the lease runs out.
+    """
+
+    __slots__ = ("cancel_scope", "delivery", "stream")
+
+    def __init__(self, stream: str, delivery: Delivery) -> None:
+        self.stream = stream
+        self.delivery = delivery
+        self.cancel_scope: anyio.CancelScope | None = None
+
+    @property
+    def id(self) -> str:
+        return self.delivery.entry_id
+
+    @property
+    def fields(self) -> Mapping[bytes, bytes]:
+        return self.delivery.fields
+
+    @property
+    def attempt(self) -> int:
+        return self.delivery.attempt
+
+    def __repr__(self) -> str:
+        return f"StreamEntry(stream={self.stream!r}, id={self.id!r}, attempt={self.attempt})"
+
+
+StreamHandler = Callable[[StreamEntry], Awaitable[Ack | Nack | DeadLetter | None]]
+
+
+class StreamSource:
+    """The stream worker's atomic steps: ``stream_read``, ``stream_claim_pending``,
+    ``stream_complete``."""
+
+    def __init__(
+        self,
+        client: RedisClient,
+        stream: str,
+        dead: str,
+        group: str,
+        start_id: str,
+        delete_acknowledged: bool,
+    ) -> None:
+        self.client = client
+        self.name = stream
+        self.stream_key = stream
+        self.dead = dead
+        self.group = group
+        self.start_id = start_id
+        self.delete_acknowledged = delete_acknowledged
+
+    async def ensure_group(self) -> None:
+        await create_group(self.client, self.stream_key, self.group, self.start_id)
+
+    async def read(self, consumer: str, count: int) -> ReadResult:
+        reply = await _READ(self.client, (self.stream_key,), (self.group, consumer, count))
+        if text(reply[0]) == "ok":
+            return ReadResult("ok", deliveries_from_read(reply[1]))
+        return ReadResult("empty", last_id=text(reply[1]))
+
+    async def claim(
+        self, consumer: str, mode: str, cursor: str, count: int, min_idle_ms: int, limit: int
+    ) -> ClaimResult:
+        reply = await _CLAIM(
+            self.client,
+            (self.stream_key, self.dead),
+            (self.group, consumer, mode, min_idle_ms, cursor, count, limit),
+        )
+        return claim_result(reply)
+
+    async def complete(self, consumer: str, batch: Sequence[Completion]) -> list[int]:
+        args: list[Arg] = [self.group, consumer, int(self.delete_acknowledged), len(batch)]
+        for c in batch:
+            args += [c.delivery.entry_id, c.delivery.attempt, c.kind, c.reason]
+        reply = await _COMPLETE(self.client, (self.stream_key, self.dead), args)
+        return [int(s) for s in reply]
+
+
+async def process_entry(rt: QueueRuntime, delivery: Delivery, deadline: float) -> None:
+    """Run a stream handler under the delivery's lease and route its outcome."""
+    entry = StreamEntry(rt.name, delivery)
+    rt.stats.started += 1
+    outcome: object = None
+    failed = False
+    with anyio.CancelScope(deadline=deadline) as scope:
+        entry.cancel_scope = scope
+        try:
+            outcome = await rt.handler(entry)  # type: ignore[arg-type]
+        except Exception:
+            failed = True
+            rt.stats.failed += 1
+            log.exception(
+                "stream handler for %s failed on %s (attempt %d)",
+                rt.name,
+                delivery.entry_id,
+                delivery.attempt,
+            )
+    if scope.cancelled_caught:
+        rt.stats.leases_lost += 1
+        log.warning("entry %s of %s lost its lease; left pending", delivery.entry_id, rt.name)
+        return
+    if not failed and (outcome is None or isinstance(outcome, Ack)):
+        await rt.completions.send(Completion(delivery, "ack"))
+    elif not failed and isinstance(outcome, DeadLetter):
+        await rt.completions.send(Completion(delivery, "dead", outcome.reason))
+    else:
+        reason = (
+            DeadLetterReason.NACK
+            if isinstance(outcome, Nack) and not failed
+            else (DeadLetterReason.PROCESSING_FAILED)
+        )
+        if not failed and not isinstance(outcome, Nack):
+            log.error("stream handler for %s returned %r, not an outcome", rt.name, outcome)
+        rt.stats.nacked += 1
+        limit = rt.options.delivery_limit
+        if limit is not None and delivery.attempt >= limit:
+            await rt.completions.send(Completion(delivery, "dead", reason.value))
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRegistration:
+    stream: str
+    handler: StreamHandler
+    options: StreamWorkerOptions
+
+
+class StreamWorker:
+    """Consumes application-owned streams with supervised actors.
+
+    ::
+
+        workers = StreamWorker()
+
+        @workers.stream("orders", StreamWorkerOptions(group="billing", start_id="0-0"))
+        async def bill(entry: StreamEntry):
+            ...
+            return ACK
+
+        await workers.run(client)        # or: python -m respire_actors serve app:workers
+
+    Stream keys are used exactly as given (no client key prefix: the stream is yours).
+    """
+
+    def __init__(self, name: str = "streams") -> None:
+        validate_name(name, what="worker name")
+        self.name = name
+        self._registrations: dict[str, StreamRegistration] = {}
+        self._runtimes: dict[str, QueueRuntime] = {}
+        self._supervisor: Supervisor | None = None
+
+    def register(
+        self, stream: str, handler: StreamHandler, options: StreamWorkerOptions | None = None
+    ) -> StreamRegistration:
+        """Register ``handler`` for ``stream`` (once per stream). Raises ValidationError."""
+        _key(stream, "stream")
+        if stream in self._registrations:
+            raise ValidationError(f"stream {stream!r} is already registered on this worker")
+        if self._supervisor is not None:
+            raise RuntimeError("register handlers before the worker runs")
+        reg = StreamRegistration(stream, handler, options or StreamWorkerOptions())
+        self._registrations[stream] = reg
+        return reg
+
+    def stream(
+        self, stream: str, options: StreamWorkerOptions | None = None
+    ) -> Callable[[StreamHandler], StreamHandler]:
+        """Decorator form of :meth:`register`."""
+
+        def decorate(fn: StreamHandler) -> StreamHandler:
+            self.register(stream, fn, options)
+            return fn
+
+        return decorate
+
+    def _runtime(self, client: RedisClient, reg: StreamRegistration) -> QueueRuntime:
+        o = reg.options
+        dead = o.dead_letter_stream or f"{reg.stream}:dead"
+        if dead == reg.stream:
+            raise ConfigurationError("the dead-letter stream must differ from the stream")
+        if client.is_cluster and not same_slot(reg.stream, dead):
+            raise ConfigurationError(
+                f"dead-letter stream {dead!r} is not in the cluster slot of {reg.stream!r}: "
+                "give both keys the same hash tag, e.g. '{orders}' and '{orders}:dead'"
+            )
+        wo = o.worker_options()
+        source = StreamSource(client, reg.stream, dead, o.group, o.start_id, o.delete_acknowledged)
+        return QueueRuntime(
+            client=client,
+            keys=None,
+            source=source,
+            codec=BytesCodec(),
+            handler=reg.handler,  # type: ignore[arg-type]
+            options=wo,
+            consumer=o.consumer_name or default_consumer_name(),
+            admission=Admission(o.concurrency),
+            deliveries=Mailbox[Delivery](
+                max(o.batch_size, o.recovery_page_size) + o.concurrency,
+                name=f"{reg.stream}:deliveries",
+            ),
+            completions=Mailbox[Completion](
+                max(64, 2 * o.concurrency), name=f"{reg.stream}:completions"
+            ),
+            group=o.group,
+            process=process_entry,
+        )
+
+    def build(self, client: RedisClient) -> Supervisor:
+        """The supervision tree for ``client``, to run or compose into your own."""
+        if not self._registrations:
+            raise ValidationError("the stream worker has no registered handlers")
+        sups = []
+        for reg in self._registrations.values():
+            rt = self._runtime(client, reg)
+            self._runtimes[reg.stream] = rt
+            sups.append(
+                consumer_supervisor(f"stream:{reg.stream}", rt, recovery=reg.options.recovery)
+            )
+        self._supervisor = Supervisor(
+            self.name,
+            [s.child_spec(restart=Restart.PERMANENT, shutdown=math.inf) for s in sups],
+            max_restarts=3,
+            period=60.0,
+        )
+        return self._supervisor
+
+    async def run(
+        self,
+        client: RedisClient,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Run until cancelled or stopped; ready once every actor has started."""
+        supervisor = self.build(client)
+        try:
+            await supervisor.run(task_status=task_status)
+        finally:
+            for rt in self._runtimes.values():
+                rt.deliveries.close()
+                rt.completions.close()
+
+    def request_stop(self) -> None:
+        if self._supervisor is not None:
+            self._supervisor.request_stop()
+
+    async def stop(self) -> None:
+        if self._supervisor is not None:
+            await self._supervisor.stop()
+
+    def statistics(self, stream: str) -> WorkerStatistics:
+        return self._runtimes[stream].stats
+
+    def consumer_name(self, stream: str) -> str:
+        return self._runtimes[stream].consumer
+
+    def snapshot(self) -> SupervisorSnapshot | None:
+        return self._supervisor.snapshot() if self._supervisor else None
