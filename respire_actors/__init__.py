@@ -38,10 +38,20 @@ from .jobs import (
     WorkerStatistics,
 )
 from .redis import ConnectionSettings, Pending, RedisClient, ServerInfo, Transaction, connect
+from .reliable import Message, MessageDecodeError, ReliableQueue, ReliableTopic, Subscription
+from .streams import StreamEntry, StreamWorker, StreamWorkerOptions
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "StreamWorkerOptions",
+    "StreamWorker",
+    "StreamEntry",
+    "Subscription",
+    "ReliableTopic",
+    "ReliableQueue",
+    "MessageDecodeError",
+    "Message",
     "ACK",
     "NACK",
     "Ack",
