@@ -17,6 +17,7 @@
 -- _respire.consumer) and acknowledged, not returned. PEL references to deleted entries are
 -- cleared and counted. Errors: RESPIRE_WRONGTYPE, RESPIRE_NOPERM, RESPIRE_ARGUMENT.
 --!include lib/preflight.lua
+--!include lib/claim.lua
 
 local stream, dead = KEYS[1], KEYS[2]
 local group, consumer, mode = ARGV[1], ARGV[2], ARGV[3]
@@ -29,24 +30,8 @@ local err = respire_preflight({{stream, 'stream'}, {dead, 'stream'}},
   {{'XADD', dead, '*', 'f', 'v'}, {'XACK', stream, group, '0-1'}})
 if err then return err end
 
-local entries, next_cursor, deleted = {}, '0-0', 0
-if mode == 'recover' then
-  local r = redis.call('XAUTOCLAIM', stream, group, consumer, min_idle, cursor, 'COUNT', count)
-  next_cursor = r[1]
-  entries = r[2]
-  if r[3] then deleted = #r[3] end
-else
-  local start = '-'
-  if cursor ~= '0-0' then start = '(' .. cursor end
-  local rows = redis.call('XPENDING', stream, group, start, '+', count, consumer)
-  if #rows > 0 then
-    local ids = {}
-    for i, row in ipairs(rows) do ids[i] = row[1] end
-    entries = redis.call('XCLAIM', stream, group, consumer, 0, unpack(ids))
-    if #entries < #ids then deleted = #ids - #entries end
-    if #rows == count then next_cursor = rows[#rows][1] end
-  end
-end
+local entries, next_cursor, deleted =
+  respire_claim_page(stream, group, consumer, mode, min_idle, cursor, count)
 
 local claimed, dead_count = {}, 0
 for _, entry in ipairs(entries) do
