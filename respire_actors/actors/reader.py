@@ -30,6 +30,7 @@ async def run_reader(
         await rt.replay_done.wait()  # pending replay precedes new reads
     async with rt.client.open_blocking() as blocking:
         while not ctx.stop_requested and not rt.stopping.is_set():
+            taken = 0  # a stop request may cancel the wait before anything is taken
             with ctx.stop_scope():
                 taken = await rt.admission.take(rt.options.read_batch)
             if ctx.stop_requested:

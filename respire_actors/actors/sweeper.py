@@ -24,6 +24,7 @@ async def _pass(rt: QueueRuntime, mode: str) -> bool:
     cursor = "0-0"
     page_max = rt.options.recovery_page_size
     while not ctx.stop_requested:
+        taken = 0  # a stop request may cancel the wait before anything is taken
         with ctx.stop_scope():
             taken = await rt.admission.take(page_max)
         if ctx.stop_requested:

@@ -23,7 +23,8 @@ local stream, dead = KEYS[1], KEYS[2]
 local group, consumer, mode = ARGV[1], ARGV[2], ARGV[3]
 local min_idle, cursor, count = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 local limit = tonumber(ARGV[7])
-if not count or count < 1 or count > 1000 or not limit or not min_idle then
+if (mode ~= 'recover' and mode ~= 'replay') or not count or count < 1 or count > 1000
+    or not limit or limit < 0 or not min_idle or min_idle < 0 then
   return redis.error_reply('RESPIRE_ARGUMENT bad recovery arguments')
 end
 local err = respire_preflight({{stream, 'stream'}, {dead, 'stream'}},

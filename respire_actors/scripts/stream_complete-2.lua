@@ -23,6 +23,15 @@ local n = tonumber(ARGV[4])
 if not n or n < 1 or #ARGV ~= 4 + n * 4 then
   return redis.error_reply('RESPIRE_ARGUMENT completion batch is malformed')
 end
+-- Every outcome is checked before the first write (a bad one later in the batch must not
+-- leave the earlier ones committed).
+for i = 0, n - 1 do
+  local base = 5 + i * 4
+  local kind = ARGV[base + 2]
+  if not tonumber(ARGV[base + 1]) or (kind ~= 'ack' and kind ~= 'dead') then
+    return redis.error_reply('RESPIRE_ARGUMENT completion ' .. (i + 1) .. ' is malformed')
+  end
+end
 local perms = {{'XADD', dead, '*', 'f', 'v'}, {'XDEL', dead, '0-1'}, {'XACK', stream, group, '0-1'}}
 if delete then perms[#perms + 1] = {'XDEL', stream, '0-1'} end
 local err = respire_preflight({{stream, 'stream'}, {dead, 'stream'}}, perms)

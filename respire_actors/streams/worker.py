@@ -42,12 +42,20 @@ _READ = load("stream_read")
 _CLAIM = load("stream_claim_pending")
 _COMPLETE = load("stream_complete")
 
-_ID = re.compile(r"^\d+(-\d+)?$")
+# ASCII digits only, matched in full: ``\d`` would admit other scripts' digits and ``$``
+# a trailing newline, both of which the server rejects.
+_ID = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+_U64 = 2**64 - 1
+
+
+def _entry_id(value: str) -> bool:
+    match = _ID.fullmatch(value)
+    return match is not None and all(int(p) <= _U64 for p in match.groups() if p is not None)
 
 
 def validate_start_id(start_id: object) -> str:
     """``$`` (only new entries), ``0`` / ``0-0`` (the whole stream) or an entry id."""
-    if not isinstance(start_id, str) or not (start_id == "$" or _ID.match(start_id)):
+    if not isinstance(start_id, str) or not (start_id == "$" or _entry_id(start_id)):
         raise ValidationError(
             f"start_id must be '$', '0-0' or a stream entry id like '1700000000000-0', "
             f"got {start_id!r}"
@@ -235,6 +243,7 @@ async def process_entry(rt: QueueRuntime, delivery: Delivery, deadline: float) -
             else (DeadLetterReason.PROCESSING_FAILED)
         )
         if not failed and not isinstance(outcome, Nack):
+            rt.stats.failed += 1
             log.error("stream handler for %s returned %r, not an outcome", rt.name, outcome)
         rt.stats.nacked += 1
         limit = rt.options.delivery_limit
