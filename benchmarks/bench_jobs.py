@@ -19,7 +19,17 @@ from pathlib import Path
 
 import anyio
 
-from respire_actors import ACK, BytesCodec, Job, JobQueue, Worker, WorkerOptions, connect
+from respire_actors import (
+    ACK,
+    BytesCodec,
+    Job,
+    JobQueue,
+    QueueOptions,
+    Worker,
+    WorkerOptions,
+    connect,
+)
+from respire_actors.actors.source import JobSource
 from respire_actors.embedded import EmbeddedConfig, open_embedded_server
 
 
@@ -90,6 +100,55 @@ async def bench_process(client, n: int, concurrency: int) -> tuple[float, float]
     return n / elapsed, trips / n
 
 
+async def bench_promotion(client, n: int, batch: int) -> tuple[float, float]:
+    """Delayed-job promotion alone: stage n due jobs, then time job_promote passes of ``batch``
+    (one script call each) until everything is ready. Returns (jobs/s, ms per pass)."""
+    q = JobQueue(client, f"bench-{uuid.uuid4().hex[:8]}", BytesCodec())
+    await q.enqueue_scheduled_many((f"d{i}", b"x") for i in range(n))
+    source = JobSource(client, q.keys, q.keys.dead, "respire")
+    moved = passes = 0
+    t = time.perf_counter()
+    while moved < n:
+        moved += (await source.promote(batch)).promoted
+        passes += 1
+    elapsed = time.perf_counter() - t
+    await _cleanup(client, q)
+    return n / elapsed, elapsed * 1000 / passes
+
+
+async def bench_scheduled_process(client, n: int, concurrency: int) -> float:
+    """End to end: n zero-delay scheduled jobs promoted and processed by one worker."""
+    q = JobQueue(client, f"bench-{uuid.uuid4().hex[:8]}", BytesCodec())
+    done = anyio.Event()
+    count = 0
+
+    async def handler(job: Job[bytes]):
+        nonlocal count
+        count += 1
+        if count == n:
+            done.set()
+        return ACK
+
+    worker = Worker()
+    worker.register(
+        q.name,
+        handler,
+        BytesCodec(),
+        WorkerOptions(consumer_count=concurrency, read_batch=max(concurrency, 32)),
+        queue_options=QueueOptions(scheduling_batch_size=256),
+    )
+    await q.enqueue_scheduled_many((f"s{i}", b"x") for i in range(n))
+    async with anyio.create_task_group() as tg:
+        t = time.perf_counter()
+        await tg.start(worker.run, client)
+        await done.wait()
+        elapsed = time.perf_counter() - t
+        await worker.stop()
+        tg.cancel_scope.cancel()
+    await _cleanup(client, q)
+    return n / elapsed
+
+
 async def bench_latency(client, rate: int, seconds: float) -> tuple[float, float]:
     q = JobQueue(client, f"bench-{uuid.uuid4().hex[:8]}", BytesCodec())
     latencies: list[float] = []
@@ -140,6 +199,22 @@ async def run(url: str, jobs: int) -> None:
                     f"{rate:,.0f} jobs/s, {trips:.2f} round trips/job",
                 )
             )
+        t = time.perf_counter()
+        q = JobQueue(client, f"bench-{uuid.uuid4().hex[:8]}", BytesCodec())
+        await q.enqueue_scheduled_many((f"e{i}", b"x") for i in range(jobs))
+        staged_rate = jobs / (time.perf_counter() - t)
+        await _cleanup(client, q)
+        rows.append(("enqueue_scheduled_many (pipelined)", f"{staged_rate:,.0f} jobs/s"))
+        for batch in (64, 256):
+            rate, per_pass = await bench_promotion(client, jobs, batch)
+            rows.append(
+                (
+                    f"promotion, batch {batch}",
+                    f"{rate:,.0f} jobs/s, {per_pass:.2f} ms per pass",
+                )
+            )
+        rate = await bench_scheduled_process(client, jobs, 64)
+        rows.append(("scheduled enqueue -> processed, concurrency 64", f"{rate:,.0f} jobs/s"))
         p50, p99 = await bench_latency(client, 500, 4)
         rows.append(("end-to-end latency at 500 jobs/s", f"p50 {p50:.2f} ms, p99 {p99:.2f} ms"))
         width = max(len(r[0]) for r in rows)

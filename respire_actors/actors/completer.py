@@ -19,7 +19,8 @@ MAX_BATCH = 256
 
 
 async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
-    """Commit one batch (retrying transient failures); returns 1/0 (committed/stale) each."""
+    """Commit one batch (retrying transient failures); returns per completion 1 committed,
+    0 stale, 2 (a retry) acknowledged as expired instead of staged."""
     backoff = 0.05
     while True:
         try:
@@ -38,6 +39,10 @@ async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
             rt.stats.acked += 1
         elif c.kind == "dead":
             rt.stats.dead_lettered += 1
+        elif c.kind == "expired" or (c.kind == "retry" and status == 2):
+            rt.stats.expired += 1
+        elif c.kind == "retry":
+            rt.stats.retried += 1
     return statuses
 
 

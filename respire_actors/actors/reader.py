@@ -23,6 +23,9 @@ async def run_reader(
 ) -> None:
     ctx = current_child()
     poll_ms = duration_ms(rt.options.poll_interval, what="poll_interval")
+    if rt.queue_options is not None:
+        # Blocked readers wake at least every scheduling poll interval.
+        poll_ms = min(poll_ms, rt.queue_options.poll_ms)
     await rt.ensure_group()
     task_status.started()
     backoff = 0.05
@@ -58,6 +61,7 @@ async def run_reader(
             if result.status == "ok":
                 rt.admission.release(taken - len(result.deliveries))
                 rt.stats.admitted += len(result.deliveries)
+                rt.stats.expired += result.expired
                 now = anyio.current_time()
                 for delivery in result.deliveries:
                     delivery.received_at = now

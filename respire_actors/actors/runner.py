@@ -15,7 +15,7 @@ import anyio.abc
 from supervisors import current_child
 
 from ..codecs import DecodeError
-from ..jobs.model import Ack, DeadLetter, DeadLetterReason, Delivery, Nack
+from ..jobs.model import Ack, DeadLetter, DeadLetterReason, Delivery, Nack, RetryAfter
 from ..jobs.runtime import Completion, Job, QueueRuntime, log
 
 
@@ -68,6 +68,8 @@ async def process(rt: QueueRuntime, delivery: Delivery, deadline: float) -> None
         await rt.completions.send(Completion(delivery, "dead", outcome.reason))
     elif isinstance(outcome, Nack):
         await _nack(rt, delivery, DeadLetterReason.NACK.value)
+    elif isinstance(outcome, RetryAfter):
+        await _nack(rt, delivery, DeadLetterReason.NACK.value, outcome.delay_ms)
     else:
         log.error(
             "handler for %s returned %r, not an outcome; treating it as a failure",
@@ -78,13 +80,39 @@ async def process(rt: QueueRuntime, delivery: Delivery, deadline: float) -> None
         await _nack(rt, delivery, DeadLetterReason.PROCESSING_FAILED.value)
 
 
-async def _nack(rt: QueueRuntime, delivery: Delivery, reason: str) -> None:
-    """Nack path: at the delivery limit dead-letter now; below it, leave the entry pending so
-    visibility recovery delivers it again."""
-    rt.stats.nacked += 1
+def retry_decision(
+    rt: QueueRuntime, delivery: Delivery, retry_after_ms: int | None
+) -> tuple[str, int]:
+    """The pure nack decision: ``("dead", 0)`` when the total attempt count (prior attempts
+    across durable retries plus this entry's deliveries) reached the delivery limit;
+    ``("retry", delay_ms)`` when queue options are set and either ``retry_after`` gave a delay
+    (it overrides the backoff and its cap) or a backoff is configured; else ``("pending", 0)``:
+    the entry stays pending for visibility recovery."""
+    total = delivery.prior_attempts + delivery.attempt
     limit = rt.options.delivery_limit
-    if limit is not None and delivery.prior_attempts + delivery.attempt >= limit:
+    if limit is not None and total >= limit:
+        return "dead", 0
+    qo = rt.queue_options
+    if qo is not None:
+        if retry_after_ms is not None:
+            return "retry", retry_after_ms
+        backoff = qo.retry_delay_ms(total)
+        if backoff is not None:
+            return "retry", backoff
+    return "pending", 0
+
+
+async def _nack(
+    rt: QueueRuntime, delivery: Delivery, reason: str, retry_after_ms: int | None = None
+) -> None:
+    """Nack path: dead-letter at the delivery limit, stage a durable retry when configured,
+    otherwise leave the entry pending so visibility recovery delivers it again."""
+    rt.stats.nacked += 1
+    decision, delay = retry_decision(rt, delivery, retry_after_ms)
+    if decision == "dead":
         await rt.completions.send(Completion(delivery, "dead", reason))
+    elif decision == "retry":
+        await rt.completions.send(Completion(delivery, "retry", reason, delay))
 
 
 async def _runner_loop(rt: QueueRuntime) -> None:

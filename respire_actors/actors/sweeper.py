@@ -40,10 +40,12 @@ async def _pass(rt: QueueRuntime, mode: str) -> bool:
             raise
         if result.denied:
             rt.admission.release(taken)
+            rt.stats.denied_claims += 1
             return False
         next_cursor = result.next_cursor
         rt.stats.cleared_deleted_refs += result.cleared_deleted
         rt.stats.dead_lettered_by_recovery += result.dead_lettered
+        rt.stats.expired += result.expired
         rt.admission.release(taken - len(result.deliveries))
         now = anyio.current_time()
         for delivery in result.deliveries:

@@ -11,8 +11,10 @@ from .model import (
     JobEvent,
     Nack,
     Outcome,
+    QueueState,
+    RetryAfter,
 )
-from .options import LogPolicy, WorkerOptions
+from .options import JobEnqueueOptions, LogPolicy, QueueOptions, RateLimit, WorkerOptions
 from .queue import JobQueue
 from .runtime import Job, WorkerStatistics
 from .worker import Registration, Worker
@@ -26,12 +28,17 @@ __all__ = [
     "Delivery",
     "EnqueueResult",
     "Job",
+    "JobEnqueueOptions",
     "JobEvent",
     "JobQueue",
     "LogPolicy",
     "Nack",
     "Outcome",
+    "QueueOptions",
+    "QueueState",
+    "RateLimit",
     "Registration",
+    "RetryAfter",
     "Worker",
     "WorkerOptions",
     "WorkerStatistics",

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Literal
 
+from .options import RateLimit
+
 
 class DeadLetterReason(StrEnum):
     """Why a job ended in the dead-letter stream."""
@@ -34,7 +36,17 @@ class DeadLetter:
     reason: str = DeadLetterReason.EXPLICIT.value
 
 
-Outcome = Ack | Nack | DeadLetter
+@dataclass(frozen=True, slots=True)
+class RetryAfter:
+    """Failure with an explicit retry delay (from :meth:`Job.retry_after`): a durable retry due
+    ``delay_ms`` after the retry transition commits, overriding the queue's backoff (and its
+    cap) but never the delivery limit or the job's TTL. Needs :class:`QueueOptions` on the
+    registration; without them it behaves as :class:`Nack`."""
+
+    delay_ms: int
+
+
+Outcome = Ack | Nack | DeadLetter | RetryAfter
 
 ACK = Ack()
 NACK = Nack()
@@ -63,6 +75,18 @@ class JobEvent:
     extra: Mapping[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    """A queue's persistent controls (see :meth:`JobQueue.get_state`).
+
+    ``paused``: new deliveries and recovery are refused; ``rate_limit_hits``: cumulative
+    admissions denied by the rate limit; ``rate_limit``: the stored policy, if any."""
+
+    paused: bool
+    rate_limit_hits: int
+    rate_limit: RateLimit | None = None
+
+
 @dataclass(slots=True)
 class Delivery:
     """A claimed stream entry, before decoding. ``attempt`` is its delivery count;
@@ -80,6 +104,17 @@ class Delivery:
     @property
     def prior_attempts(self) -> int:
         raw = self.fields.get(b"_respire.job.attempts")
+        return int(raw) if raw else 0
+
+    @property
+    def expires_at(self) -> int | None:
+        """Absolute expiry in unix ms (server clock), or None."""
+        raw = self.fields.get(b"_respire.job.expires_at")
+        return int(raw) if raw else None
+
+    @property
+    def priority(self) -> int:
+        raw = self.fields.get(b"_respire.job.priority")
         return int(raw) if raw else 0
 
     @property

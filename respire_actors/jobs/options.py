@@ -140,3 +140,150 @@ class WorkerOptions:
             validate_name(self.consumer_name, what="consumer_name")
         if self.telemetry_name is not None:
             validate_name(self.telemetry_name, what="telemetry_name")
+
+
+MAX_PRIORITY = 2**31 - 1
+MIN_PRIORITY = -(2**31)
+MAX_SCHEDULING_BATCH = 256
+
+
+@dataclass(frozen=True, slots=True)
+class JobEnqueueOptions:
+    """How :meth:`JobQueue.enqueue_scheduled` stages one job.
+
+    delay:         minimum time from enqueue (server clock) until the job may be promoted to the
+                   ready stream; zero means the next scheduling pass (default)
+    priority:      integer from -2**31 to 2**31-1 (default 0); within one promotion batch higher
+                   priorities go to the ready stream first
+    ttl:           time to live from enqueue, including delay, backlog and retries (None = none);
+                   an expired job is dropped without running its handler
+    dedup_window:  deduplication window (default one day), shared with plain enqueue
+
+    Durations are timedeltas or seconds, rounded up to whole milliseconds, at most 2**31-1 ms;
+    the TTL and window must be positive. Invalid values raise :class:`ValidationError` here.
+    """
+
+    delay: timedelta | float = timedelta(0)
+    priority: int = 0
+    ttl: timedelta | float | None = None
+    dedup_window: timedelta | float | None = None
+
+    def __post_init__(self) -> None:
+        duration_ms(self.delay, what="delay", allow_zero=True)
+        if (
+            isinstance(self.priority, bool)
+            or not isinstance(self.priority, int)
+            or not MIN_PRIORITY <= self.priority <= MAX_PRIORITY
+        ):
+            raise ValidationError("priority must be an integer from -2**31 to 2**31-1")
+        if self.ttl is not None:
+            duration_ms(self.ttl, what="ttl")
+        if self.dedup_window is not None:
+            duration_ms(self.dedup_window, what="deduplication window")
+
+    @property
+    def delay_ms(self) -> int:
+        return duration_ms(self.delay, what="delay", allow_zero=True)
+
+    @property
+    def ttl_ms(self) -> int:
+        """The TTL in ms, 0 for none."""
+        return 0 if self.ttl is None else duration_ms(self.ttl, what="ttl")
+
+    @property
+    def dedup_window_ms(self) -> int:
+        window = DEFAULT_DEDUP_WINDOW if self.dedup_window is None else self.dedup_window
+        return duration_ms(window, what="deduplication window")
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """A queue-wide fixed-window rate limit: at most ``permit_limit`` deliveries per ``window``,
+    shared by every worker (windows are aligned to the server clock)."""
+
+    permit_limit: int
+    window: timedelta | float
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.permit_limit, bool)
+            or not isinstance(self.permit_limit, int)
+            or not 1 <= self.permit_limit <= MAX_MS
+        ):
+            raise ValidationError("permit_limit must be an integer from 1 to 2**31-1")
+        duration_ms(self.window, what="rate-limit window")
+
+    @property
+    def window_ms(self) -> int:
+        return duration_ms(self.window, what="rate-limit window")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOptions:
+    """Scheduling, TTL checks and durable retries for one worker registration.
+
+    Passing ``QueueOptions`` (even all defaults) enables them; ``None`` keeps immediate-only
+    processing, which needs no access to the scheduling keys.
+
+    scheduling_poll_interval:    longest pause between promotion passes; blocked readers also
+                                 wake at least this often (default 1 s)
+    scheduling_batch_size:       most due jobs one promotion pass moves (1-256, default 64)
+    retry_backoff:               base of the exponential retry backoff; None (default) keeps
+                                 visibility-timeout recovery for nacks without ``retry_after``
+    max_retry_backoff:           cap of the backoff (default: uncapped up to 2**31-1 ms)
+    rate_limit:                  queue-wide policy to enforce; stored when Redis has none, and
+                                 the worker refuses to start if Redis holds a different one
+    delete_acknowledged_entries: delete ready entries once acknowledged (XACKDEL ACKED on Redis
+                                 8.2+, XACK then XDEL elsewhere)
+    """
+
+    scheduling_poll_interval: timedelta | float = timedelta(seconds=1)
+    scheduling_batch_size: int = 64
+    retry_backoff: timedelta | float | None = None
+    max_retry_backoff: timedelta | float | None = None
+    rate_limit: RateLimit | None = None
+    delete_acknowledged_entries: bool = False
+
+    def __post_init__(self) -> None:
+        duration_ms(self.scheduling_poll_interval, what="scheduling_poll_interval")
+        if (
+            isinstance(self.scheduling_batch_size, bool)
+            or not isinstance(self.scheduling_batch_size, int)
+            or not 1 <= self.scheduling_batch_size <= MAX_SCHEDULING_BATCH
+        ):
+            raise ValidationError(
+                f"scheduling_batch_size must be an integer from 1 to {MAX_SCHEDULING_BATCH}"
+            )
+        if self.retry_backoff is not None:
+            duration_ms(self.retry_backoff, what="retry_backoff")
+        if self.max_retry_backoff is not None:
+            if self.retry_backoff is None:
+                raise ValidationError("max_retry_backoff needs retry_backoff")
+            cap = duration_ms(self.max_retry_backoff, what="max_retry_backoff")
+            if cap < duration_ms(self.retry_backoff, what="retry_backoff"):
+                raise ValidationError("max_retry_backoff must be at least retry_backoff")
+        if self.rate_limit is not None and not isinstance(self.rate_limit, RateLimit):
+            raise ValidationError("rate_limit must be a RateLimit or None")
+        if not isinstance(self.delete_acknowledged_entries, bool):
+            raise ValidationError("delete_acknowledged_entries must be a bool")
+
+    @property
+    def poll_ms(self) -> int:
+        return duration_ms(self.scheduling_poll_interval, what="scheduling_poll_interval")
+
+    def retry_delay_ms(self, total_attempt: int) -> int | None:
+        """The backoff after total attempt ``total_attempt`` (from 1):
+        ``min(max, base * 2**(n-1))``; None when no backoff is configured."""
+        if self.retry_backoff is None:
+            return None
+        base = duration_ms(self.retry_backoff, what="retry_backoff")
+        cap = (
+            MAX_MS
+            if self.max_retry_backoff is None
+            else duration_ms(self.max_retry_backoff, what="max_retry_backoff")
+        )
+        exponent = max(0, total_attempt - 1)
+        if exponent >= 62:
+            return cap
+        delay: int = base * 2**exponent
+        return min(cap, delay)

@@ -15,13 +15,16 @@ from ..errors import RedisUnavailable, ValidationError
 from ..keys import JobQueueKeys
 from ..redis.client import BlockingConnection, Pending, RedisClient, Transaction
 from ..redis.scripts import load, run_many
-from .model import EnqueueResult, JobEvent
-from .options import DEFAULT_DEDUP_WINDOW, duration_ms
+from .model import EnqueueResult, JobEvent, QueueState
+from .options import DEFAULT_DEDUP_WINDOW, JobEnqueueOptions, RateLimit, duration_ms
 
 T = TypeVar("T")
 
 MAX_JOB_ID_BYTES = 1024
 _ENQUEUE = load("job_enqueue")
+_SCHEDULE = load("job_schedule")
+_PAUSE = load("job_pause")
+_RATE_POLICY = load("job_rate_policy")
 
 
 def validate_job_id(job_id: object) -> str:
@@ -49,7 +52,7 @@ def _s(value: Any) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _Prepared:
-    keys: tuple[str, str]
+    keys: tuple[str, ...]
     args: tuple[bytes | str | int, ...]
 
 
@@ -142,6 +145,120 @@ class JobQueue(Generic[T]):
             raise ValidationError("the transaction must be created from the queue's own client")
         prepared = self._prepare(job_id, payload, dedup_window)
         return _ENQUEUE.queue_in(tx, prepared.keys, prepared.args, convert=_to_result)
+
+    # -- scheduled enqueue ------------------------------------------------------------------
+    def _prepare_scheduled(
+        self, job_id: str, payload: T, options: JobEnqueueOptions | None
+    ) -> _Prepared:
+        validate_job_id(job_id)
+        options = JobEnqueueOptions() if options is None else options
+        if not isinstance(options, JobEnqueueOptions):
+            raise ValidationError("options must be a JobEnqueueOptions")
+        body = self.codec.encode(payload)
+        fields: list[bytes | str | int] = ["_respire.job.id", job_id, "_respire.job.payload", body]
+        fields += _trace_fields()
+        return _Prepared(
+            (self.keys.scheduled, self.keys.due, self.keys.dedup(job_id)),
+            (options.dedup_window_ms, options.delay_ms, options.priority, options.ttl_ms, *fields),
+        )
+
+    async def enqueue_scheduled(
+        self, job_id: str, payload: T, options: JobEnqueueOptions | None = None
+    ) -> EnqueueResult:
+        """Stage a job with a delay, a priority and/or a time to live.
+
+        The job waits in the staging stream until it is due (Redis server time + delay), then a
+        scheduling-enabled worker (registered with :class:`QueueOptions`) promotes it to the
+        ready stream under a new entry id. ``entry_id`` of the result is the staging id.
+        Deduplication is shared with :meth:`enqueue`: a duplicate within the window returns the
+        original (staged or ready) id with ``enqueued=False`` and changes nothing. Raises
+        :class:`ValidationError` before sending anything. If cancelled or the reply is lost,
+        the job may or may not be staged: retry with the same id inside the window.
+        """
+        prepared = self._prepare_scheduled(job_id, payload, options)
+        reply = await _SCHEDULE(self.client, prepared.keys, prepared.args)
+        return _to_result(reply)
+
+    async def enqueue_scheduled_many(
+        self,
+        jobs: Iterable[tuple[str, T]],
+        options: JobEnqueueOptions | None = None,
+    ) -> list[EnqueueResult]:
+        """:meth:`enqueue_scheduled` for many jobs with the same options, pipelined; validated
+        up front, not atomic as a whole, safe to retry (deduplication)."""
+        prepared = [self._prepare_scheduled(j, p, options) for j, p in jobs]
+        results: list[EnqueueResult] = []
+        for start in range(0, len(prepared), 1000):
+            chunk = prepared[start : start + 1000]
+            replies = await run_many(self.client, [(_SCHEDULE, p.keys, p.args) for p in chunk])
+            for reply in replies:
+                if isinstance(reply, BaseException):
+                    raise reply
+                results.append(_to_result(reply))
+        return results
+
+    def enqueue_scheduled_in(
+        self,
+        tx: Transaction,
+        job_id: str,
+        payload: T,
+        options: JobEnqueueOptions | None = None,
+    ) -> Pending[EnqueueResult]:
+        """Queue :meth:`enqueue_scheduled` inside a caller's transaction (see
+        :meth:`enqueue_in`); the delay and TTL clocks start when EXEC runs it."""
+        if tx.client is not self.client:
+            raise ValidationError("the transaction must be created from the queue's own client")
+        prepared = self._prepare_scheduled(job_id, payload, options)
+        return _SCHEDULE.queue_in(tx, prepared.keys, prepared.args, convert=_to_result)
+
+    # -- queue controls ---------------------------------------------------------------------
+    async def pause(self) -> bool:
+        """Pause the queue for every worker: new reads, startup replay and recovery admit
+        nothing until :meth:`resume`. Running handlers are not interrupted; enqueue and
+        promotion of scheduled jobs continue. Persistent in the control hash.
+
+        Returns True when this call changed the state, atomically appending a ``paused``
+        event; False (and no event) when it was already paused. Safe to retry after a lost
+        reply (the retry returns False).
+        """
+        reply = await _PAUSE(self.client, (self.keys.control, self.keys.events), ("pause",))
+        return bool(int(reply))
+
+    async def resume(self) -> bool:
+        """Undo :meth:`pause`. Returns True (with a ``resumed`` event) when the state changed."""
+        reply = await _PAUSE(self.client, (self.keys.control, self.keys.events), ("resume",))
+        return bool(int(reply))
+
+    async def set_rate_limit(self, policy: RateLimit | None) -> bool:
+        """Set (or with None remove) the queue-wide rate limit that every worker enforces at
+        once. Admissions already counted in the current window are kept (also when the window
+        length changes). Returns True when the stored policy changed.
+        """
+        if policy is None:
+            reply = await _RATE_POLICY(self.client, (self.keys.control,), ("clear",))
+        else:
+            if not isinstance(policy, RateLimit):
+                raise ValidationError("policy must be a RateLimit or None")
+            reply = await _RATE_POLICY(
+                self.client,
+                (self.keys.control,),
+                ("set", policy.permit_limit, policy.window_ms),
+            )
+        return bool(int(reply))
+
+    async def get_state(self) -> QueueState:
+        """The queue's persistent controls: paused, cumulative rate-limit denials, policy."""
+        paused, hits, limit, window = await self.client.execute(
+            "HMGET", self.keys.control, "paused", "rate_limit_hits", "rate.limit", "rate.window"
+        )
+        policy = None
+        if limit is not None and window is not None:
+            policy = RateLimit(int(limit), timedelta(milliseconds=int(window)))
+        return QueueState(
+            paused=_s(paused) == "1" if paused is not None else False,
+            rate_limit_hits=int(hits) if hits is not None else 0,
+            rate_limit=policy,
+        )
 
     # -- observation ------------------------------------------------------------------------
     @asynccontextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -18,8 +19,8 @@ from ..errors import ValidationError
 from ..keys import JobQueueKeys
 from ..redis.client import RedisClient
 from ..redis.scripts import load
-from .model import Delivery, Outcome
-from .options import CONSUMER_GROUP, WorkerOptions, duration_ms
+from .model import Delivery, Outcome, RetryAfter
+from .options import CONSUMER_GROUP, QueueOptions, WorkerOptions, duration_ms
 
 T = TypeVar("T")
 
@@ -52,6 +53,13 @@ class WorkerStatistics:
     read_calls: int = 0
     paused_reads: int = 0
     rate_limited_reads: int = 0
+    denied_claims: int = 0
+    expired: int = 0
+    retried: int = 0
+    promoted: int = 0
+    promotion_passes: int = 0
+    expired_staged: int = 0
+    missing_staged: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,8 +67,9 @@ class Completion:
     """An outcome on its way to the completer."""
 
     delivery: Delivery
-    kind: str  # 'ack' | 'dead' | 'expired'
+    kind: str  # 'ack' | 'dead' | 'expired' | 'retry'
     reason: str = ""
+    delay_ms: int = 0  # 'retry': stage the new entry due this long after the transition
 
 
 @dataclass(slots=True)
@@ -82,6 +91,8 @@ class QueueRuntime:
     # (respire_actors.actors.runner.process). Stream workers plug in their own.
     process: Callable[[QueueRuntime, Delivery, float], Awaitable[None]] | None = None
     stats: WorkerStatistics = field(default_factory=WorkerStatistics)
+    # Scheduling, TTL checks and durable retries; None keeps immediate-only processing.
+    queue_options: QueueOptions | None = None
     stopping: anyio.Event = field(default_factory=anyio.Event)
     # Set once the sweeper's startup replay is over (or skipped); the reader admits nothing
     # before, so replay can never re-claim an entry the reader has just delivered.
@@ -204,12 +215,31 @@ class Job(Generic[T]):
                 data,
                 policy.max_lines,
                 policy.retention_ms,
-                0,
+                self.delivery.expires_at or 0,
             ),
         )
         if not ok:
             self._lose_lease()
         return bool(ok)
+
+    @property
+    def priority(self) -> int:
+        """The job's scheduling priority (0 for immediate jobs)."""
+        return self.delivery.priority
+
+    @property
+    def expires_at(self) -> int | None:
+        """The job's absolute expiry in unix ms of the server clock, or None."""
+        return self.delivery.expires_at
+
+    def retry_after(self, delay: timedelta | float) -> RetryAfter:
+        """An outcome to return: retry durably after ``delay`` (rounded up to whole ms, at most
+        2**31-1 ms; zero means at once), overriding the queue's backoff and its cap for this
+        attempt. The delivery limit and the job's TTL still apply: at the limit the job is
+        dead-lettered instead. Raises :class:`ValidationError` for a bad delay. Needs
+        :class:`QueueOptions` on the registration, else it behaves as ``NACK``.
+        """
+        return RetryAfter(duration_ms(delay, what="retry delay", allow_zero=True))
 
     def __repr__(self) -> str:
         return f"Job(id={self.id!r}, entry_id={self.entry_id!r}, attempt={self.attempt})"

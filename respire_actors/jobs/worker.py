@@ -7,6 +7,7 @@
         ├── completer                    commits outcomes in batches (stopped last, drains)
         ├── runners                      consumer_count handler runners
         ├── sweeper                      startup replay, then recovery passes
+        ├── promoter                     due scheduled jobs -> ready (with QueueOptions only)
         └── reader                       admits new jobs (stopped first)
 
 Children start in that order and stop in reverse: intake stops first, running handlers get
@@ -29,16 +30,24 @@ from supervisors import Backoff, ChildSpec, Mailbox, Restart, Supervisor, Superv
 
 from ..actors.admission import Admission
 from ..actors.completer import run_completer
+from ..actors.promoter import run_promoter
 from ..actors.reader import run_reader
 from ..actors.runner import run_runner_pool
 from ..actors.source import JobSource
 from ..actors.sweeper import run_sweeper
 from ..codecs import Codec
-from ..errors import ValidationError
+from ..errors import ConfigurationError, PermissionDenied, ValidationError
 from ..keys import JobQueueKeys, validate_name
 from ..redis.client import RedisClient
+from ..redis.scripts import load
 from .model import Delivery
-from .options import CONSUMER_GROUP, WorkerOptions, default_consumer_name, duration_ms
+from .options import (
+    CONSUMER_GROUP,
+    QueueOptions,
+    WorkerOptions,
+    default_consumer_name,
+    duration_ms,
+)
 from .runtime import Completion, Handler, QueueRuntime, WorkerStatistics
 
 T = TypeVar("T")
@@ -52,6 +61,7 @@ class Registration:
     handler: Handler
     codec: Codec[Any]
     options: WorkerOptions
+    queue_options: QueueOptions | None = None
 
 
 class Worker:
@@ -83,11 +93,17 @@ class Worker:
         handler: Handler,
         codec: Codec[Any],
         options: WorkerOptions | None = None,
+        *,
+        queue_options: QueueOptions | None = None,
     ) -> Registration:
         """Register ``handler`` for ``queue``. Each queue once per worker; telemetry names
-        must be unique. Raises :class:`ValidationError`."""
+        must be unique. ``queue_options`` enables scheduling (a promoter actor), TTL checks and
+        durable retries; None keeps immediate-only processing. Raises
+        :class:`ValidationError`."""
         validate_name(queue)
         options = options or WorkerOptions()
+        if queue_options is not None and not isinstance(queue_options, QueueOptions):
+            raise ValidationError("queue_options must be a QueueOptions or None")
         if queue in self._registrations:
             raise ValidationError(f"queue {queue!r} is already registered on this worker")
         names = {r.options.telemetry_name or r.queue for r in self._registrations.values()}
@@ -95,17 +111,22 @@ class Worker:
             raise ValidationError(f"telemetry name {options.telemetry_name or queue!r} is taken")
         if self._supervisor is not None:
             raise RuntimeError("register handlers before the worker runs")
-        reg = Registration(queue, handler, codec, options)
+        reg = Registration(queue, handler, codec, options, queue_options)
         self._registrations[queue] = reg
         return reg
 
     def job(
-        self, queue: str, codec: Codec[Any], options: WorkerOptions | None = None
+        self,
+        queue: str,
+        codec: Codec[Any],
+        options: WorkerOptions | None = None,
+        *,
+        queue_options: QueueOptions | None = None,
     ) -> Callable[[Handler], Handler]:
         """Decorator form of :meth:`register`."""
 
         def decorate(fn: Handler) -> Handler:
-            self.register(queue, fn, codec, options)
+            self.register(queue, fn, codec, options, queue_options=queue_options)
             return fn
 
         return decorate
@@ -134,6 +155,7 @@ class Worker:
             completions=Mailbox[Completion](
                 max(64, o.consumer_count * 2), name=f"{reg.queue}:completions"
             ),
+            queue_options=reg.queue_options,
         )
 
     def build(self, client: RedisClient) -> Supervisor:
@@ -157,8 +179,16 @@ class Worker:
                 ),
                 ChildSpec("runners", run_runner_pool, rt, shutdown=grace),
                 ChildSpec("sweeper", run_sweeper, rt, shutdown=client.settings.command_timeout + 1),
-                ChildSpec("reader", run_reader, rt, shutdown=client.settings.command_timeout + 1),
             ]
+            if reg.queue_options is not None:
+                children.append(
+                    ChildSpec(
+                        "promoter", run_promoter, rt, shutdown=client.settings.command_timeout + 1
+                    )
+                )
+            children.append(
+                ChildSpec("reader", run_reader, rt, shutdown=client.settings.command_timeout + 1)
+            )
             queue_sups.append(
                 Supervisor(
                     f"queue:{reg.queue}",
@@ -184,9 +214,15 @@ class Worker:
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Run until cancelled or :meth:`request_stop`; reports ready once every actor has
-        started. The client must be entered and stay open while the worker runs."""
+        started. The client must be entered and stay open while the worker runs.
+
+        Before any actor starts, registrations with :class:`QueueOptions` are checked against
+        the server (see :meth:`prepare`): a stored rate-limit policy that differs from the
+        configured one raises :class:`ConfigurationError` and nothing runs.
+        """
         supervisor = self.build(client)
         try:
+            await self.prepare(client)
             await supervisor.run(task_status=task_status)
         finally:
             # The tree has stopped: nothing sends or receives any more. Deliveries still
@@ -194,6 +230,39 @@ class Worker:
             for rt in self._runtimes.values():
                 rt.deliveries.close()
                 rt.completions.close()
+
+    async def prepare(self, client: RedisClient) -> None:
+        """Start-up checks of a built worker (``run`` calls it; call it yourself after
+        :meth:`build` when composing the tree into your own supervisor).
+
+        Per registration with :class:`QueueOptions`: decide how acknowledged entries are
+        deleted on this server (XACKDEL ACKED where Redis 8.2+ offers it, else XACK + XDEL),
+        and store the configured rate limit when Redis holds none, or compare it with the
+        stored one. Raises :class:`ConfigurationError` on a mismatch, or when
+        ``delete_acknowledged_entries`` is set on a Redis 8.2+ server that refuses the XACKDEL
+        discovery (COMMAND INFO). Safe to repeat.
+        """
+        for queue, rt in self._runtimes.items():
+            qo = rt.queue_options
+            source = rt.source
+            if qo is None or not isinstance(source, JobSource):
+                continue
+            if qo.delete_acknowledged_entries:
+                source.ack_mode = await _deletion_mode(client)
+            if qo.rate_limit is not None:
+                policy = qo.rate_limit
+                reply = await _RATE_POLICY(
+                    client,
+                    (rt.job_keys.control,),
+                    ("init", policy.permit_limit, policy.window_ms),
+                )
+                if _text(reply[0]) == "mismatch":
+                    raise ConfigurationError(
+                        f"queue {queue!r}: the worker's rate limit ({policy.permit_limit} per "
+                        f"{policy.window_ms} ms) differs from the one stored in Redis "
+                        f"({_text(reply[1])} per {_text(reply[2])} ms); change it with "
+                        "JobQueue.set_rate_limit or configure the stored policy"
+                    )
 
     def request_stop(self) -> None:
         """Begin graceful shutdown (intake stops, handlers get their grace period)."""
@@ -214,3 +283,29 @@ class Worker:
 
     def snapshot(self) -> SupervisorSnapshot | None:
         return self._supervisor.snapshot() if self._supervisor else None
+
+
+_RATE_POLICY = load("job_rate_policy")
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+async def _deletion_mode(client: RedisClient) -> str:
+    """``"ackdel"`` when the server offers XACKDEL, else ``"xdel"``. On Redis 8.2+ a refused
+    discovery is an error: the worker must not silently fall back to non-group-aware XDEL."""
+    info = await client.server_info()
+    if info.has_xackdel:
+        return "ackdel"
+    if info.flavor == "redis" and info.version >= (8, 2, 0):
+        try:
+            reply = await client.execute("COMMAND", "INFO", "XACKDEL")
+        except PermissionDenied as exc:
+            raise ConfigurationError(
+                "delete_acknowledged_entries needs COMMAND INFO to detect XACKDEL on "
+                f"{info.describe()}: {exc}"
+            ) from exc
+        if reply and reply[0]:
+            return "ackdel"
+    return "xdel"

@@ -12,11 +12,19 @@
 -- ARGV[5]  cursor (an entry id; '0-0' to start)
 -- ARGV[6]  page size (1 .. 1000)
 -- ARGV[7]  delivery limit (0 = unlimited); counted as prior attempts + this entry's deliveries
+-- ARGV[8]  acknowledgement mode: 'ack' (default), 'xdel' or 'ackdel' (see lib/fence.lua)
 --
--- Returns {'paused'} or {'ok', next_cursor, claimed, deleted_count, dead_count} where claimed is
--- a list of {id, fields, deliveries}. Entries over the delivery limit are dead-lettered here
--- (reason delivery-limit, with a dead-letter event) and not returned. PEL references to deleted
--- bodies are cleared and counted. next_cursor '0-0' means the pass is complete.
+-- Admission (pause, then the rate limit, which lowers the page size to the permits left) is
+-- checked before anything is claimed, so a denied page changes no entry and counts no attempt.
+-- Returns {'paused'}, {'limited', retry_after_ms} or
+-- {'ok', next_cursor, claimed, deleted_count, dead_count, expired_count} where claimed is a list
+-- of {id, fields, deliveries}. Entries over the delivery limit are dead-lettered here (reason
+-- delivery-limit, with a dead-letter event; _respire.attempt is this entry's delivery count;
+-- _respire.total_attempts adds _respire.job.attempts when the job was durably retried) and not returned. Entries whose TTL has
+-- passed are acknowledged without event or dead letter and not returned. Only returned entries
+-- use rate permits. PEL references to deleted bodies are cleared and counted. next_cursor '0-0'
+-- means the pass is complete.
+-- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM (before anything is claimed).
 --!include lib/preflight.lua
 --!include lib/fence.lua
 
@@ -24,13 +32,20 @@ local ready, control, events, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, consumer, mode = ARGV[1], ARGV[2], ARGV[3]
 local min_idle, cursor, count = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 local limit = tonumber(ARGV[7])
-if not count or count < 1 or count > 1000 or not limit or not min_idle then
+local ack_mode = ARGV[8] or 'ack'
+if not count or count < 1 or count > 1000 or not limit or not min_idle
+   or not respire_ack_mode_ok(ack_mode) then
   return redis.error_reply('RESPIRE_ARGUMENT bad recovery arguments')
 end
-if redis.call('HGET', control, 'paused') == '1' then return {'paused'} end
+local status, allowed, window = respire_admit(control, count)
+if status == 'paused' then return {'paused'} end
+if status == 'limited' then return {'limited', allowed} end
+count = allowed
 local err = respire_preflight(
   {{ready, 'stream'}, {events, 'stream'}, {dead, 'stream'}},
-  {{'XADD', events, '*', 'f', 'v'}, {'XADD', dead, '*', 'f', 'v'}, {'XACK', ready, group, '0-1'}})
+  respire_admit_probes(respire_ack_probes(
+    {{'XADD', events, '*', 'f', 'v'}, {'XADD', dead, '*', 'f', 'v'}}, ready, group, ack_mode),
+    control, window))
 if err then return err end
 
 local entries, next_cursor, deleted = {}, '0-0', 0
@@ -53,10 +68,18 @@ else
   end
 end
 
-local claimed, dead_count = {}, 0
+local claimed, dead_count, expired = {}, 0, 0
+local now_ms = nil
+local function now()
+  if not now_ms then now_ms = respire_now_ms() end
+  return now_ms
+end
 for _, entry in ipairs(entries) do
   local id, fields = entry[1], entry[2]
-  if fields then
+  if fields and respire_expired(fields, now) then
+    respire_ack(ready, group, ack_mode, id)
+    expired = expired + 1
+  elseif fields then
     local row = redis.call('XPENDING', ready, group, id, id, 1)[1]
     local deliveries = tonumber(row[4])
     local prior = tonumber(respire_field(fields, '_respire.job.attempts') or '0') or 0
@@ -64,6 +87,10 @@ for _, entry in ipairs(entries) do
       local job_id = respire_field(fields, '_respire.job.id') or ''
       local copy = {}
       for i = 1, #fields do copy[i] = fields[i] end
+      if respire_field(fields, '_respire.job.attempts') then
+        copy[#copy + 1] = '_respire.total_attempts'
+        copy[#copy + 1] = tostring(prior + deliveries)
+      end
       for _, v in ipairs({'_respire.source_id', id, '_respire.attempt', tostring(deliveries),
                           '_respire.reason', 'delivery-limit', '_respire.consumer', consumer}) do
         copy[#copy + 1] = v
@@ -71,7 +98,7 @@ for _, entry in ipairs(entries) do
       redis.call('XADD', dead, '*', unpack(copy))
       redis.call('XADD', events, '*', 'kind', 'dead-letter', 'job_id', job_id, 'entry_id', id,
                  'attempt', tostring(deliveries), 'reason', 'delivery-limit')
-      redis.call('XACK', ready, group, id)
+      respire_ack(ready, group, ack_mode, id)
       dead_count = dead_count + 1
     else
       claimed[#claimed + 1] = {id, fields, deliveries}
@@ -80,4 +107,5 @@ for _, entry in ipairs(entries) do
     deleted = deleted + 1
   end
 end
-return {'ok', next_cursor, claimed, deleted, dead_count}
+respire_admit_commit(control, window, #claimed)
+return {'ok', next_cursor, claimed, deleted, dead_count, expired}

@@ -8,10 +8,13 @@
 -- ARGV[3]  n, the number of outcomes; then n groups of 5 values:
 --          entry id, attempt (delivery count), kind ('ack' | 'dead' | 'expired'),
 --          dead-letter reason ('' for ack), job id
+-- ARGV[4..] the outcomes above, optionally followed by one last value: the acknowledgement
+--          mode 'ack' (default), 'xdel' or 'ackdel' (see lib/fence.lua)
 --
 -- For each outcome whose fence holds: 'ack' appends a completed event and acknowledges;
 -- 'dead' appends the envelope plus _respire.source_id/_respire.attempt/_respire.reason/
--- _respire.consumer to the dead-letter stream, appends a dead-letter event, and acknowledges;
+-- _respire.consumer to the dead-letter stream (plus _respire.total_attempts, this attempt plus
+-- _respire.job.attempts, when the job was durably retried before), appends a dead-letter event, and acknowledges;
 -- 'expired' only acknowledges (no event, no dead letter).
 -- Returns one status per outcome: 1 committed, 0 stale (fence failed: another delivery owns
 -- the entry, or it was already completed; nothing written). Repeating a call is harmless.
@@ -24,13 +27,19 @@
 local ready, events, dead = KEYS[1], KEYS[2], KEYS[3]
 local group, consumer = ARGV[1], ARGV[2]
 local n = tonumber(ARGV[3])
-if not n or n < 1 or #ARGV ~= 3 + n * 5 then
+if not n or n < 1 or (#ARGV ~= 3 + n * 5 and #ARGV ~= 4 + n * 5) then
   return redis.error_reply('RESPIRE_ARGUMENT completion batch is malformed')
+end
+local ack_mode = 'ack'
+if #ARGV == 4 + n * 5 then ack_mode = ARGV[#ARGV] end
+if not respire_ack_mode_ok(ack_mode) then
+  return redis.error_reply('RESPIRE_ARGUMENT unknown acknowledgement mode')
 end
 local err = respire_preflight(
   {{ready, 'stream'}, {events, 'stream'}, {dead, 'stream'}},
-  {{'XADD', events, '*', 'f', 'v'}, {'XDEL', events, '0-1'}, {'XADD', dead, '*', 'f', 'v'},
-   {'XDEL', dead, '0-1'}, {'XACK', ready, group, '0-1'}})
+  respire_ack_probes(
+    {{'XADD', events, '*', 'f', 'v'}, {'XDEL', events, '0-1'}, {'XADD', dead, '*', 'f', 'v'},
+     {'XDEL', dead, '0-1'}}, ready, group, ack_mode))
 if err then return err end
 
 local statuses = {}
@@ -53,6 +62,11 @@ for i = 0, n - 1 do
       else
         copy = {'_respire.job.id', job_id}
       end
+      local prior = respire_field(fields, '_respire.job.attempts')
+      if prior then
+        copy[#copy + 1] = '_respire.total_attempts'
+        copy[#copy + 1] = tostring((tonumber(prior) or 0) + tonumber(attempt))
+      end
       for _, v in ipairs({'_respire.source_id', entry, '_respire.attempt', attempt,
                           '_respire.reason', reason, '_respire.consumer', consumer}) do
         copy[#copy + 1] = v
@@ -61,7 +75,7 @@ for i = 0, n - 1 do
       appended_events = redis.call('XADD', events, '*', 'kind', 'dead-letter', 'job_id', job_id,
                                    'entry_id', entry, 'attempt', attempt, 'reason', reason)
     end
-    local ok, ackErr = pcall(redis.call, 'XACK', ready, group, entry)
+    local ok, ackErr = pcall(respire_ack, ready, group, ack_mode, entry)
     if not ok then
       if appended_events then redis.call('XDEL', events, appended_events) end
       if appended_dead then redis.call('XDEL', dead, appended_dead) end

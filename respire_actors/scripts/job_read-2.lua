@@ -1,24 +1,58 @@
 -- job_read: admit up to COUNT never-delivered jobs to this consumer, after the queue checks.
 --
 -- KEYS[1]  ready stream (consumer group ARGV[1] must exist)
--- KEYS[2]  control hash (field "paused" = "1" while the queue is paused)
+-- KEYS[2]  control hash (pause flag, rate-limit policy and window usage; see lib/fence.lua)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer name
 -- ARGV[3]  count: how many entries local capacity admits (1 .. 1000)
+-- ARGV[4]  acknowledgement mode for expired entries: 'ack' (default), 'xdel' or 'ackdel'
 --
--- Returns {'paused'}; or {'empty', last_id} where last_id is the newest entry id (or 0-0), to
--- block on with XREAD outside the script; or {'ok', entries} with entries as XREADGROUP gives
--- them ({id, {field, value, ...}}), each now pending for this consumer with delivery count 1.
--- Errors: NOGROUP when the consumer group is missing (the reader recreates it).
+-- Admission (pause, then the rate limit) is checked before anything is claimed; the rate limit
+-- lowers COUNT to the permits left in the current window. Entries whose _respire.job.expires_at
+-- has passed (server clock) are acknowledged here, without an event or dead letter, and not
+-- returned; they use no rate permit.
+-- Returns {'paused'}; {'limited', retry_after_ms} (the rest of the window; rate_limit_hits is
+-- incremented); {'empty', last_id} where last_id is the newest entry id (or 0-0), to block on
+-- with XREAD outside the script; or {'ok', entries, expired_count} with entries as XREADGROUP
+-- gives them ({id, {field, value, ...}}), each now pending for this consumer with delivery
+-- count 1 (entries may be empty when every entry read had expired).
+-- Errors: NOGROUP when the consumer group is missing (the reader recreates it);
+-- RESPIRE_ARGUMENT; RESPIRE_WRONGTYPE / RESPIRE_NOPERM before anything is claimed.
+--!include lib/preflight.lua
+--!include lib/fence.lua
+
 local ready, control = KEYS[1], KEYS[2]
+local group, consumer = ARGV[1], ARGV[2]
 local count = tonumber(ARGV[3])
-if not count or count < 1 or count > 1000 then
-  return redis.error_reply('RESPIRE_ARGUMENT read count out of range')
+local mode = ARGV[4] or 'ack'
+if not count or count < 1 or count > 1000 or not respire_ack_mode_ok(mode) then
+  return redis.error_reply('RESPIRE_ARGUMENT read count or acknowledgement mode out of range')
 end
-if redis.call('HGET', control, 'paused') == '1' then return {'paused'} end
-local reply = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', count, 'STREAMS', ready, '>')
+local status, allowed, window = respire_admit(control, count)
+if status == 'paused' then return {'paused'} end
+if status == 'limited' then return {'limited', allowed} end
+local err = respire_preflight({}, respire_admit_probes(
+  respire_ack_probes({}, ready, group, mode), control, window))
+if err then return err end
+local reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', allowed,
+                         'STREAMS', ready, '>')
 if reply and reply[1] and #reply[1][2] > 0 then
-  return {'ok', reply[1][2]}
+  local entries, live, expired = reply[1][2], {}, 0
+  local now_ms = nil
+  local function now()
+    if not now_ms then now_ms = respire_now_ms() end
+    return now_ms
+  end
+  for _, entry in ipairs(entries) do
+    if entry[2] and respire_expired(entry[2], now) then
+      respire_ack(ready, group, mode, entry[1])
+      expired = expired + 1
+    else
+      live[#live + 1] = entry
+    end
+  end
+  respire_admit_commit(control, window, #live)
+  return {'ok', live, expired}
 end
 local last = redis.call('XREVRANGE', ready, '+', '-', 'COUNT', 1)
 if last[1] then return {'empty', last[1][1]} end

@@ -522,3 +522,157 @@ async def test_claim_refuses_bad_arguments(
     await delivered(client, keys, "a")
     with pytest.raises(ScriptError):
         await claim(client, keys, "c1", "recover", count=count)
+
+
+# ------------------------------------------------------------------------------------------
+# scheduling, retries and queue controls
+
+SCHEDULE = load("job_schedule")
+
+
+async def create_group(client: RedisClient, keys: JobQueueKeys) -> None:
+    await client.execute("XGROUP", "CREATE", keys.ready, GROUP, "0", "MKSTREAM")
+
+
+PROMOTE = load("job_promote")
+RETRY = load("job_retry")
+PAUSE = load("job_pause")
+RATE = load("job_rate_policy")
+
+
+async def schedule(
+    client: RedisClient, keys: JobQueueKeys, job_id: str, delay: Any = 0, ttl: Any = 0
+) -> str:
+    reply = await SCHEDULE(
+        client,
+        (keys.scheduled, keys.due, keys.dedup(job_id)),
+        (60_000, delay, 0, ttl, "_respire.job.id", job_id, "_respire.job.payload", "p"),
+    )
+    return s(reply[0])
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        (0, 0, 0, 0),
+        (1000, -1, 0, 0),
+        (1000, 0, 2**31, 0),
+        (1000, 0, 0.5, 0),
+        (1000, 0, 0, 2**31),
+        (1000, "x", 0, 0),
+    ],
+)
+async def test_schedule_refuses_bad_arguments(
+    client: RedisClient, keys: JobQueueKeys, args: tuple[Any, ...]
+) -> None:
+    with pytest.raises(ScriptError):
+        await SCHEDULE(client, (keys.scheduled, keys.due, keys.dedup("a")), (*args, "f", "v"))
+    assert await client.execute("EXISTS", keys.scheduled, keys.due, keys.dedup("a")) == 0
+
+
+async def test_read_acknowledges_expired_entries_without_returning_them(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    await create_group(client, keys)
+    await client.execute(
+        "XADD", keys.ready, "*", "_respire.job.id", "old", "_respire.job.expires_at", "1"
+    )
+    live = await enqueue(client, keys, "live")
+    reply = await read(client, keys, "c1", 5)
+    assert s(reply[0]) == "ok" and [s(e[0]) for e in reply[1]] == [live] and int(reply[2]) == 1
+    assert [r[0] for r in await pending(client, keys)] == [live]
+
+
+async def test_claim_acknowledges_expired_entries(client: RedisClient, keys: JobQueueKeys) -> None:
+    await create_group(client, keys)
+    await client.execute(
+        "XADD", keys.ready, "*", "_respire.job.id", "old", "_respire.job.expires_at", "1"
+    )
+    await client.execute("XREADGROUP", "GROUP", GROUP, "c1", "COUNT", 5, "STREAMS", keys.ready, ">")
+    reply = await CLAIM(
+        client,
+        (keys.ready, keys.control, keys.events, keys.dead),
+        (GROUP, "c2", "recover", 0, "0-0", 10, 5),
+    )
+    assert s(reply[0]) == "ok" and reply[2] == [] and int(reply[5]) == 1
+    assert await pending(client, keys) == []
+    assert await xlen(client, keys.dead) == 0
+
+
+async def test_read_and_claim_report_limited_before_claiming(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    await create_group(client, keys)
+    await enqueue(client, keys, "a")
+    assert await RATE(client, (keys.control,), ("set", 1, 86_400_000)) == 1
+    assert s((await read(client, keys, "c1", 5))[0]) == "ok"
+    await enqueue(client, keys, "b")
+    limited = await read(client, keys, "c1", 5)
+    assert s(limited[0]) == "limited" and int(limited[1]) > 0
+    claim = await CLAIM(
+        client,
+        (keys.ready, keys.control, keys.events, keys.dead),
+        (GROUP, "c2", "recover", 0, "0-0", 10, 5),
+    )
+    assert s(claim[0]) == "limited"
+    assert [(c, n) for _, c, n in await pending(client, keys)] == [("c1", 1)]
+    assert int(await client.execute("HGET", keys.control, "rate_limit_hits")) == 2
+
+
+async def test_rate_policy_init_and_bad_arguments(client: RedisClient, keys: JobQueueKeys) -> None:
+    assert [s(x) for x in await RATE(client, (keys.control,), ("init", 3, 1000))] == ["stored"]
+    assert [s(x) for x in await RATE(client, (keys.control,), ("init", 3, 1000))] == ["match"]
+    assert [s(x) for x in await RATE(client, (keys.control,), ("init", 4, 1000))] == [
+        "mismatch",
+        "3",
+        "1000",
+    ]
+    for args in (("set", 0, 1), ("set", 1, 0), ("nope",), ("init", 1, 2**31)):
+        with pytest.raises(ScriptError):
+            await RATE(client, (keys.control,), args)
+
+
+async def test_pause_script_is_idempotent_and_checks_types(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    assert await PAUSE(client, (keys.control, keys.events), ("pause",)) == 1
+    assert await PAUSE(client, (keys.control, keys.events), ("pause",)) == 0
+    assert await xlen(client, keys.events) == 1
+    with pytest.raises(ScriptError):
+        await PAUSE(client, (keys.control, keys.events), ("stop",))
+    await client.execute("DEL", keys.events)
+    await client.execute("SET", keys.events, "x")
+    with pytest.raises(WrongKeyType):
+        await PAUSE(client, (keys.control, keys.events), ("resume",))
+    assert s(await client.execute("HGET", keys.control, "paused")) == "1"
+
+
+async def test_retry_refuses_malformed_batches(client: RedisClient, keys: JobQueueKeys) -> None:
+    for args in (
+        (GROUP, "c1", "ack", 1, "1-0", 1),
+        (GROUP, "c1", "bogus", 1, "1-0", 1, 0),
+        (GROUP, "c1", "ack", 1, "1-0", 1, -5),
+    ):
+        with pytest.raises(ScriptError):
+            await RETRY(client, (keys.ready, keys.scheduled, keys.due), args)
+    assert await client.execute("EXISTS", keys.scheduled, keys.due) == 0
+
+
+async def test_promote_then_retry_preserves_the_envelope(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    await schedule(client, keys, "a", ttl=3_600_000)
+    assert [int(x) for x in await PROMOTE(client, (keys.scheduled, keys.due, keys.ready), (8,))][
+        :3
+    ] == [1, 0, 0]
+    await create_group(client, keys)
+    ((entry, fields),) = (await read(client, keys, "c1"))[1]
+    reply = await RETRY(
+        client, (keys.ready, keys.scheduled, keys.due), (GROUP, "c1", "xdel", 1, entry, 1, 0)
+    )
+    assert [int(x) for x in reply] == [1]
+    assert await xlen(client, keys.ready) == 0  # xdel mode deleted the acknowledged entry
+    ((_, staged),) = await client.execute("XRANGE", keys.scheduled, "-", "+")
+    before, after = pairs(fields), pairs(staged)
+    assert after.pop("_respire.job.attempts") == b"1"
+    assert after == before

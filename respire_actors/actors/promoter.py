@@ -1,0 +1,71 @@
+"""The promoter: moves due scheduled jobs (delayed jobs and durable retries) to the ready stream.
+
+One ``job_promote`` call per pass moves at most ``scheduling_batch_size`` jobs, oldest due first,
+that batch ordered by descending priority. The script is the whole transition, so a crash or a
+lost reply leaves each job either staged or ready, never both and never twice. After a full batch
+the next pass runs at once; otherwise the promoter sleeps until the next staged job is due, but
+never longer than the scheduling poll interval (jobs staged by other clients are found by then).
+Promotion continues while the queue is paused: pause governs deliveries, not scheduling.
+"""
+
+from __future__ import annotations
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+
+from supervisors import current_child
+
+from ..errors import RedisUnavailable
+from ..jobs.runtime import QueueRuntime, log
+from .source import JobSource
+
+
+def next_wait_ms(promoted: int, batch_size: int, next_due_ms: int, poll_ms: int) -> int:
+    """How long to sleep after a pass (pure): 0 after a full batch or when more is due now,
+    else until the next due job, capped by the poll interval."""
+    if promoted >= batch_size or next_due_ms == 0:
+        return 0
+    if next_due_ms < 0:
+        return poll_ms
+    return min(poll_ms, next_due_ms)
+
+
+async def run_promoter(
+    rt: QueueRuntime, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    ctx = current_child()
+    qo = rt.queue_options
+    source = rt.source
+    if qo is None or not isinstance(source, JobSource):
+        raise RuntimeError("the promoter needs a job queue registered with QueueOptions")
+    poll_ms, batch = qo.poll_ms, qo.scheduling_batch_size
+    task_status.started()
+    backoff = 0.05
+    while not ctx.stop_requested:
+        try:
+            with anyio.CancelScope(shield=True):
+                result = await source.promote(batch)
+        except RedisUnavailable as exc:
+            log.warning("promotion for %s: %s; retrying in %.2fs", rt.name, exc, backoff)
+            with ctx.stop_scope():
+                await anyio.sleep(backoff)
+            backoff = min(backoff * 2, min(3.2, poll_ms / 1000))
+            continue
+        backoff = 0.05
+        rt.stats.promotion_passes += 1
+        rt.stats.promoted += result.promoted
+        rt.stats.expired_staged += result.expired
+        rt.stats.missing_staged += result.missing
+        if result.missing:
+            log.warning(
+                "%s: %d scheduled index entries had no staged body (deleted); skipped",
+                rt.name,
+                result.missing,
+            )
+        wait = next_wait_ms(result.promoted, batch, result.next_due_ms, poll_ms)
+        with ctx.stop_scope():
+            if wait:
+                await anyio.sleep(wait / 1000)
+            else:
+                await anyio.lowlevel.checkpoint()

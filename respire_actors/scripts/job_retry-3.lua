@@ -1,0 +1,90 @@
+-- job_retry: durable retries: stage a new entry for each delivery and acknowledge it, fenced.
+--
+-- KEYS[1]  ready stream
+-- KEYS[2]  staging stream (:scheduled)
+-- KEYS[3]  due-time index (:due)
+-- ARGV[1]  consumer group
+-- ARGV[2]  consumer name
+-- ARGV[3]  acknowledgement mode: 'ack', 'xdel' or 'ackdel' (see lib/fence.lua)
+-- ARGV[4]  n, the number of retries; then n groups of 3 values:
+--          entry id, attempt (delivery count), delay in ms (0 .. 2^31-1)
+-- ARGV[5..] the retries above
+--
+-- For each retry whose fence holds (pending for this consumer with this delivery count, body
+-- present): stage a copy of the entry (job id, payload, priority, group and absolute expiry kept)
+-- with _respire.job.attempts raised by this entry's delivery count, due at server time + delay,
+-- and acknowledge the current entry. When the job's expiry comes no later than that due time the
+-- entry is only acknowledged (it would expire staged).
+-- Returns one status per retry: 1 staged, 2 acknowledged as expired, 0 stale (fence failed or
+-- body deleted; nothing written). Repeating a call is harmless: the fence fails the second time.
+-- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM before any write; should indexing
+-- or acknowledging still fail, that retry's staging is undone and RESPIRE_RETRY is returned with
+-- the statuses of the retries before it (which stay committed).
+--!include lib/preflight.lua
+--!include lib/fence.lua
+
+local ready, scheduled, due = KEYS[1], KEYS[2], KEYS[3]
+local group, consumer, ack_mode = ARGV[1], ARGV[2], ARGV[3]
+local n = tonumber(ARGV[4])
+if not n or n < 1 or #ARGV ~= 4 + n * 3 or not respire_ack_mode_ok(ack_mode) then
+  return redis.error_reply('RESPIRE_ARGUMENT retry batch is malformed')
+end
+for i = 0, n - 1 do
+  local delay = tonumber(ARGV[7 + i * 3])
+  if not delay or delay < 0 or delay > 2147483647 or delay % 1 ~= 0 then
+    return redis.error_reply('RESPIRE_ARGUMENT retry delay out of range')
+  end
+end
+local err = respire_preflight(
+  {{ready, 'stream'}, {scheduled, 'stream'}, {due, 'zset'}},
+  respire_ack_probes({{'XADD', scheduled, '*', 'f', 'v'}, {'XDEL', scheduled, '0-1'},
+                      {'ZADD', due, '0', 'm'}, {'ZREM', due, 'm'}}, ready, group, ack_mode))
+if err then return err end
+
+local now = respire_now_ms()
+local statuses = {}
+for i = 0, n - 1 do
+  local entry, attempt, delay = ARGV[5 + i * 3], ARGV[6 + i * 3], tonumber(ARGV[7 + i * 3])
+  local fields = nil
+  if respire_fence(ready, group, entry, consumer, attempt) then
+    fields = respire_entry(ready, entry)
+  end
+  if not fields then
+    statuses[#statuses + 1] = 0
+  else
+    local due_at = now + delay
+    local expires = tonumber(respire_field(fields, '_respire.job.expires_at') or '')
+    local staged = nil
+    if not (expires and expires > 0 and expires <= due_at) then
+      local copy, prior = {}, 0
+      for j = 1, #fields, 2 do
+        if fields[j] == '_respire.job.attempts' then
+          prior = tonumber(fields[j + 1]) or 0
+        else
+          copy[#copy + 1] = fields[j]
+          copy[#copy + 1] = fields[j + 1]
+        end
+      end
+      copy[#copy + 1] = '_respire.job.attempts'
+      copy[#copy + 1] = string.format('%d', prior + tonumber(attempt))
+      staged = redis.call('XADD', scheduled, '*', unpack(copy))
+      local ok, zErr = pcall(redis.call, 'ZADD', due, string.format('%d', due_at), staged)
+      if not ok then
+        redis.call('XDEL', scheduled, staged)
+        return redis.error_reply('RESPIRE_RETRY indexing the retry of ' .. entry .. ' failed after ' ..
+                                 table.concat(statuses, ',') .. ': ' .. tostring(zErr))
+      end
+    end
+    local ok, ackErr = pcall(respire_ack, ready, group, ack_mode, entry)
+    if not ok then
+      if staged then
+        redis.call('ZREM', due, staged)
+        redis.call('XDEL', scheduled, staged)
+      end
+      return redis.error_reply('RESPIRE_RETRY acknowledging ' .. entry .. ' failed after ' ..
+                               table.concat(statuses, ',') .. ': ' .. tostring(ackErr))
+    end
+    if staged then statuses[#statuses + 1] = 1 else statuses[#statuses + 1] = 2 end
+  end
+end
+return statuses

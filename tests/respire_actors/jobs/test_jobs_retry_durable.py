@@ -1,0 +1,319 @@
+"""Durable retries with backoff and retry_after (spec: "Processing, retry and dead letters")."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from jobs_helpers import (
+    create_group,
+    deliver,
+    events_of_kind,
+    fast_options,
+    new_runtime,
+    pending_count,
+    pending_rows,
+    running_worker,
+    text,
+    wait_until,
+    wait_until_async,
+)
+from sched_helpers import id_ms, sched_options, scheduling_worker, staged, xlen
+
+from respire_actors.actors.runner import retry_decision
+from respire_actors.errors import ValidationError
+from respire_actors.jobs import NACK, Delivery, Job, JobQueue, QueueOptions, RetryAfter
+from respire_actors.jobs.runtime import Completion
+from respire_actors.redis.client import RedisClient
+
+pytestmark = pytest.mark.anyio
+
+
+# -- the pure decision -----------------------------------------------------------------------
+
+
+def test_backoff_doubles_per_total_attempt_up_to_the_cap() -> None:
+    qo = QueueOptions(retry_backoff=timedelta(seconds=2), max_retry_backoff=timedelta(minutes=1))
+    assert [qo.retry_delay_ms(n) for n in (1, 2, 3, 4, 5, 6, 100)] == [
+        2000,
+        4000,
+        8000,
+        16000,
+        32000,
+        60000,
+        60000,
+    ]
+    assert QueueOptions().retry_delay_ms(1) is None
+    assert QueueOptions(retry_backoff=1).retry_delay_ms(40) == 2**31 - 1
+
+
+@pytest.mark.parametrize(
+    ("changes", "complaint"),
+    [
+        ({"scheduling_batch_size": 257}, "scheduling_batch_size"),
+        ({"scheduling_batch_size": 0}, "scheduling_batch_size"),
+        ({"scheduling_poll_interval": 0}, "scheduling_poll_interval"),
+        ({"max_retry_backoff": 5}, "needs retry_backoff"),
+        ({"retry_backoff": 5, "max_retry_backoff": 1}, "at least"),
+        ({"retry_backoff": -1}, "retry_backoff"),
+    ],
+)
+def test_queue_options_are_validated(changes: dict[str, Any], complaint: str) -> None:
+    with pytest.raises(ValidationError, match=complaint):
+        QueueOptions(**changes)
+
+
+def _delivery(attempt: int, prior: int = 0) -> Delivery:
+    fields = {b"_respire.job.id": b"j"}
+    if prior:
+        fields[b"_respire.job.attempts"] = str(prior).encode()
+    return Delivery("1-0", fields, attempt)
+
+
+async def test_retry_decision(client_free_runtime: Any) -> None:
+    rt = client_free_runtime(queue_options=None)
+    assert retry_decision(rt, _delivery(1), None) == ("pending", 0)
+    assert retry_decision(rt, _delivery(1), 500) == ("pending", 0)  # no queue options
+    assert retry_decision(rt, _delivery(5), None) == ("dead", 0)
+    rt = client_free_runtime(queue_options=QueueOptions(retry_backoff=1, max_retry_backoff=3))
+    assert retry_decision(rt, _delivery(1, prior=1), None) == ("retry", 2000)
+    assert retry_decision(rt, _delivery(1, prior=2), None) == ("retry", 3000)
+    assert retry_decision(rt, _delivery(1, prior=2), 60_000) == ("retry", 60_000)
+    assert retry_decision(rt, _delivery(2, prior=3), 0) == ("dead", 0)  # limit 5 wins
+    rt = client_free_runtime(queue_options=QueueOptions())
+    assert retry_decision(rt, _delivery(1), None) == ("pending", 0)
+    assert retry_decision(rt, _delivery(1), 0) == ("retry", 0)
+
+
+@pytest.fixture
+def client_free_runtime(client: RedisClient, unique_name: str) -> Any:
+    made: list[Any] = []
+
+    def make(queue_options: QueueOptions | None) -> Any:
+        rt = new_runtime(client, unique_name)
+        rt.queue_options = queue_options
+        made.append(rt)
+        return rt
+
+    yield make
+    for rt in made:
+        rt.deliveries.close()
+        rt.completions.close()
+
+
+def test_retry_after_validates_its_delay() -> None:
+    from respire_actors.jobs.runtime import Job as RuntimeJob
+
+    job = RuntimeJob.__new__(RuntimeJob)
+    assert job.retry_after(0) == RetryAfter(0)
+    assert job.retry_after(timedelta(microseconds=1)) == RetryAfter(1)
+    with pytest.raises(ValidationError):
+        job.retry_after(-1)
+    with pytest.raises(ValidationError):
+        job.retry_after(2**31)
+
+
+# -- with real servers -----------------------------------------------------------------------
+
+
+async def _force_due(client: RedisClient, queue: JobQueue[str]) -> None:
+    """Drive time: make every staged job due now (instead of sleeping through backoff)."""
+    for member, _ in await staged(client, queue.keys):
+        await client.execute("ZADD", queue.keys.due, "XX", 0, member)
+
+
+async def test_backoff_delays_are_measured_on_redis_time_and_capped(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    attempts: list[int] = []
+
+    async def handler(job: Job[str]) -> Any:
+        attempts.append(job.total_attempts)
+        raise RuntimeError("boom")
+
+    qo = sched_options(retry_backoff=timedelta(seconds=10), max_retry_backoff=15)
+    await queue.enqueue("a", "x")
+    async with scheduling_worker(client, queue.name, handler, queue_options=qo) as worker:
+        await wait_until(lambda: worker.statistics(queue.name).retried == 1)
+        ((member, due),) = await staged(client, queue.keys)
+        assert abs(due - id_ms(member) - 10_000) <= 1  # base * 2**0
+        await _force_due(client, queue)
+        await wait_until(lambda: worker.statistics(queue.name).retried == 2)
+        ((member, due),) = await staged(client, queue.keys)
+        assert abs(due - id_ms(member) - 15_000) <= 1  # min(15 s, 20 s)
+    assert attempts == [1, 2]
+    assert await pending_count(client, queue.keys) == 0
+    (row,) = await client.execute("XRANGE", queue.keys.scheduled, "-", "+")
+    items = (
+        row[1].items() if isinstance(row[1], dict) else zip(row[1][0::2], row[1][1::2], strict=True)
+    )
+    fields = {text(k): text(v) for k, v in items}
+    assert fields["_respire.job.id"] == "a" and fields["_respire.job.payload"] == "x"
+    assert fields["_respire.job.attempts"] == "2"
+
+
+async def test_retry_after_overrides_backoff_and_cap_and_zero_retries_at_once(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    seen: list[tuple[str, int]] = []
+
+    async def handler(job: Job[str]) -> Any:
+        seen.append((job.id, job.total_attempts))
+        if job.id == "slow":
+            return job.retry_after(timedelta(minutes=5))
+        if job.total_attempts == 1:
+            return job.retry_after(0)
+        return None
+
+    qo = sched_options(retry_backoff=1, max_retry_backoff=2)
+    await queue.enqueue("slow", "x")
+    await queue.enqueue("now", "x")
+    async with scheduling_worker(client, queue.name, handler, queue_options=qo) as worker:
+        await wait_until(lambda: ("now", 2) in seen)
+        await wait_until(lambda: worker.statistics(queue.name).retried == 2)
+    ((member, due),) = await staged(client, queue.keys)
+    assert abs(due - id_ms(member) - 300_000) <= 1
+    assert sorted(seen) == [("now", 1), ("now", 2), ("slow", 1)]
+
+
+async def test_nack_without_backoff_keeps_visibility_recovery(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    seen: list[int] = []
+
+    async def handler(job: Job[str]) -> Any:
+        seen.append(job.attempt)
+        return NACK if job.attempt == 1 else None
+
+    await queue.enqueue("a", "x")
+    options = fast_options(visibility_timeout=0.2)
+    async with scheduling_worker(client, queue.name, handler, options=options):
+        await wait_until(lambda: seen == [1, 2])  # same entry, delivered again by recovery
+    assert await xlen(client, queue.keys.scheduled) == 0
+
+
+async def test_delivery_limit_counts_attempts_across_durable_retries(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    totals: list[tuple[int, int]] = []
+
+    async def handler(job: Job[str]) -> Any:
+        totals.append((job.attempt, job.total_attempts))
+        raise RuntimeError("always")
+
+    qo = sched_options(retry_backoff=timedelta(milliseconds=1))
+    await queue.enqueue("a", "x")
+    options = fast_options(delivery_limit=3)
+    async with scheduling_worker(
+        client, queue.name, handler, queue_options=qo, options=options
+    ) as worker:
+        await wait_until(lambda: worker.statistics(queue.name).dead_lettered == 1)
+    assert totals == [(1, 1), (1, 2), (1, 3)]
+    (letter,) = await queue.read_dead_letters()
+    fields = letter[1]
+    assert fields["_respire.attempt"] == b"1"
+    assert fields["_respire.job.attempts"] == b"2"
+    assert fields["_respire.total_attempts"] == b"3"
+    assert fields["_respire.reason"] == b"processing-failed"
+    assert await xlen(client, queue.keys.scheduled) == 0
+    (event,) = await events_of_kind(client, queue.keys, "dead-letter")
+    assert event.job_id == "a"
+
+
+async def test_a_crash_before_the_retry_transition_leaves_the_entry_for_recovery(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """The handler of the first delivery "returned" (failed) but its process died before the
+    retry committed: the entry stays pending, is recovered with attempt 2, and the retry then
+    counts both deliveries; exactly one staged entry and one completion result."""
+    await queue.enqueue("a", "x")
+    await create_group(client, queue.keys)
+    (crashed,) = await deliver(client, queue.keys, "crashed")
+    assert await xlen(client, queue.keys.scheduled) == 0
+    seen: list[tuple[int, int]] = []
+
+    async def handler(job: Job[str]) -> Any:
+        seen.append((job.attempt, job.total_attempts))
+        if job.total_attempts == 2:
+            raise RuntimeError("fails once more")
+        return None
+
+    qo = sched_options(retry_backoff=timedelta(milliseconds=1))
+    options = fast_options(visibility_timeout=0.1)
+    async with scheduling_worker(
+        client, queue.name, handler, queue_options=qo, options=options
+    ) as worker:
+        await wait_until(lambda: worker.statistics(queue.name).acked == 1)
+    assert seen == [(2, 2), (1, 3)]
+    assert len(await events_of_kind(client, queue.keys, "completed")) == 1
+    assert await pending_rows(client, queue.keys) == []
+    assert await xlen(client, queue.keys.scheduled) == 0
+    # the crashed consumer's late retry is fenced out
+    rt = new_runtime(client, queue.name, consumer="crashed")
+    try:
+        statuses = await rt.source.complete("crashed", [Completion(crashed, "retry", "nack", 0)])
+    finally:
+        rt.deliveries.close()
+        rt.completions.close()
+    assert statuses == [0]
+    assert await xlen(client, queue.keys.scheduled) == 0
+
+
+async def test_retry_transition_is_atomic_and_safe_to_repeat(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    await queue.enqueue("a", "x")
+    await create_group(client, queue.keys)
+    (delivery,) = await deliver(client, queue.keys, "c1")
+    rt = new_runtime(client, queue.name, consumer="c1")
+    try:
+        retry = Completion(delivery, "retry", "nack", 60_000)
+        assert await rt.source.complete("c1", [retry]) == [1]
+        assert await rt.source.complete("c1", [retry]) == [0]  # a lost reply's retry
+    finally:
+        rt.deliveries.close()
+        rt.completions.close()
+    assert len(await staged(client, queue.keys)) == 1
+    assert await pending_count(client, queue.keys) == 0
+
+
+async def test_a_retry_due_after_the_ttl_is_acknowledged_as_expired(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    from respire_actors.jobs import JobEnqueueOptions
+
+    async def handler(job: Job[str]) -> Any:
+        return job.retry_after(timedelta(hours=2))
+
+    await queue.enqueue_scheduled("a", "x", JobEnqueueOptions(ttl=timedelta(hours=1)))
+    async with scheduling_worker(client, queue.name, handler) as worker:
+        await wait_until(lambda: worker.statistics(queue.name).expired == 1)
+        assert worker.statistics(queue.name).retried == 0
+    assert await staged(client, queue.keys) == []
+    assert await pending_count(client, queue.keys) == 0
+    assert await xlen(client, queue.keys.dead) == 0
+
+
+async def test_retry_after_without_queue_options_behaves_as_nack(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    seen: list[int] = []
+
+    async def handler(job: Job[str]) -> Any:
+        seen.append(job.attempt)
+        return job.retry_after(0) if job.attempt == 1 else None
+
+    await queue.enqueue("a", "x")
+    async with running_worker(
+        client, queue.name, handler, options=fast_options(visibility_timeout=0.2)
+    ):
+        await wait_until(lambda: seen == [1, 2])
+    await wait_until_async(lambda: _empty(client, queue))
+
+
+async def _empty(client: RedisClient, queue: JobQueue[str]) -> bool:
+    return (
+        await pending_count(client, queue.keys) == 0
+        and await xlen(client, queue.keys.scheduled) == 0
+    )
