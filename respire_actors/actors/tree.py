@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
-from supervisors import Backoff, ChildSpec, Supervisor
+import anyio
+import anyio.abc
+
+from supervisors import Backoff, ChildSpec, Restart, Supervisor, SupervisorSnapshot
 
 from ..jobs.options import duration_ms
-from ..jobs.runtime import QueueRuntime
+from ..jobs.runtime import QueueRuntime, WorkerStatistics
 from .completer import run_completer
 from .reader import run_reader
 from .runner import run_runner_pool
@@ -42,3 +46,56 @@ def consumer_supervisor(
     return Supervisor(
         name, children, max_restarts=10, period=30.0, backoff=Backoff(initial=0.1, maximum=5.0)
     )
+
+
+class ConsumerHost:
+    """What job workers and stream workers share: a root supervisor over one consumer
+    supervisor per registration, graceful stop, statistics and snapshots."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._runtimes: dict[str, QueueRuntime] = {}
+        self._supervisor: Supervisor | None = None
+
+    def _root(self, children: Sequence[Supervisor]) -> Supervisor:
+        self._supervisor = Supervisor(
+            self.name,
+            [s.child_spec(restart=Restart.PERMANENT, shutdown=math.inf) for s in children],
+            max_restarts=3,
+            period=60.0,
+        )
+        return self._supervisor
+
+    async def _run_tree(
+        self, supervisor: Supervisor, task_status: anyio.abc.TaskStatus[None]
+    ) -> None:
+        try:
+            await supervisor.run(task_status=task_status)
+        finally:
+            # The tree has stopped: nothing sends or receives any more. Deliveries still
+            # buffered were never started and stay pending in Redis for recovery.
+            for rt in self._runtimes.values():
+                rt.deliveries.close()
+                rt.completions.close()
+
+    def request_stop(self) -> None:
+        """Begin graceful shutdown (intake stops, handlers get their grace period)."""
+        if self._supervisor is not None:
+            self._supervisor.request_stop()
+
+    async def stop(self) -> None:
+        """Graceful shutdown; returns when the tree has stopped."""
+        if self._supervisor is not None:
+            await self._supervisor.stop()
+
+    def statistics(self, name: str) -> WorkerStatistics:
+        """This process's counters for one registration (queue or stream name)."""
+        return self._runtimes[name].stats
+
+    def consumer_name(self, name: str) -> str:
+        """The Redis consumer name one registration uses."""
+        return self._runtimes[name].consumer
+
+    def snapshot(self) -> SupervisorSnapshot | None:
+        """The supervision tree's state, or None before it was built."""
+        return self._supervisor.snapshot() if self._supervisor else None

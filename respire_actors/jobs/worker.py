@@ -18,7 +18,6 @@ fast.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -26,15 +25,12 @@ from typing import Any, TypeVar
 import anyio
 import anyio.abc
 
-from supervisors import Backoff, ChildSpec, Mailbox, Restart, Supervisor, SupervisorSnapshot
+from supervisors import ChildSpec, Mailbox, Supervisor
 
 from ..actors.admission import Admission
-from ..actors.completer import run_completer
 from ..actors.promoter import run_promoter
-from ..actors.reader import run_reader
-from ..actors.runner import run_runner_pool
 from ..actors.source import JobSource
-from ..actors.sweeper import run_sweeper
+from ..actors.tree import ConsumerHost, consumer_supervisor
 from ..codecs import Codec
 from ..errors import ConfigurationError, PermissionDenied, ValidationError
 from ..keys import JobQueueKeys, validate_name
@@ -46,9 +42,8 @@ from .options import (
     QueueOptions,
     WorkerOptions,
     default_consumer_name,
-    duration_ms,
 )
-from .runtime import Completion, Handler, QueueRuntime, WorkerStatistics
+from .runtime import Completion, Handler, QueueRuntime
 
 T = TypeVar("T")
 
@@ -64,7 +59,7 @@ class Registration:
     queue_options: QueueOptions | None = None
 
 
-class Worker:
+class Worker(ConsumerHost):
     """Registers handlers and runs them as supervised actors.
 
     ::
@@ -82,10 +77,8 @@ class Worker:
 
     def __init__(self, name: str = "worker") -> None:
         validate_name(name, what="worker name")
-        self.name = name
+        super().__init__(name)
         self._registrations: dict[str, Registration] = {}
-        self._runtimes: dict[str, QueueRuntime] = {}
-        self._supervisor: Supervisor | None = None
 
     def register(
         self,
@@ -166,46 +159,12 @@ class Worker:
         for reg in self._registrations.values():
             rt = self._runtime(client, reg)
             self._runtimes[reg.queue] = rt
-            grace = (
-                duration_ms(reg.options.shutdown_grace, what="shutdown_grace", allow_zero=True)
-                / 1000
-            )
-            children = [
-                ChildSpec(
-                    "completer",
-                    run_completer,
-                    rt,
-                    shutdown=grace + 2 * client.settings.command_timeout + 1,
-                ),
-                ChildSpec("runners", run_runner_pool, rt, shutdown=grace),
-                ChildSpec("sweeper", run_sweeper, rt, shutdown=client.settings.command_timeout + 1),
-            ]
+            extra = []
             if reg.queue_options is not None:
-                children.append(
-                    ChildSpec(
-                        "promoter", run_promoter, rt, shutdown=client.settings.command_timeout + 1
-                    )
-                )
-            children.append(
-                ChildSpec("reader", run_reader, rt, shutdown=client.settings.command_timeout + 1)
-            )
-            queue_sups.append(
-                Supervisor(
-                    f"queue:{reg.queue}",
-                    children,
-                    max_restarts=10,
-                    period=30.0,
-                    backoff=Backoff(initial=0.1, maximum=5.0),
-                )
-            )
-        root = Supervisor(
-            self.name,
-            [s.child_spec(restart=Restart.PERMANENT, shutdown=math.inf) for s in queue_sups],
-            max_restarts=3,
-            period=60.0,
-        )
-        self._supervisor = root
-        return root
+                io = client.settings.command_timeout + 1
+                extra.append(ChildSpec("promoter", run_promoter, rt, shutdown=io))
+            queue_sups.append(consumer_supervisor(f"queue:{reg.queue}", rt, before_reader=extra))
+        return self._root(queue_sups)
 
     async def run(
         self,
@@ -223,13 +182,12 @@ class Worker:
         supervisor = self.build(client)
         try:
             await self.prepare(client)
-            await supervisor.run(task_status=task_status)
-        finally:
-            # The tree has stopped: nothing sends or receives any more. Deliveries still
-            # buffered were never started and stay pending in Redis for recovery.
+        except BaseException:
             for rt in self._runtimes.values():
                 rt.deliveries.close()
                 rt.completions.close()
+            raise
+        await self._run_tree(supervisor, task_status)
 
     async def prepare(self, client: RedisClient) -> None:
         """Start-up checks of a built worker (``run`` calls it; call it yourself after
@@ -263,26 +221,6 @@ class Worker:
                         f"({_text(reply[1])} per {_text(reply[2])} ms); change it with "
                         "JobQueue.set_rate_limit or configure the stored policy"
                     )
-
-    def request_stop(self) -> None:
-        """Begin graceful shutdown (intake stops, handlers get their grace period)."""
-        if self._supervisor is not None:
-            self._supervisor.request_stop()
-
-    async def stop(self) -> None:
-        """Graceful shutdown; returns when the tree has stopped."""
-        if self._supervisor is not None:
-            await self._supervisor.stop()
-
-    def statistics(self, queue: str) -> WorkerStatistics:
-        """This process's counters for ``queue``."""
-        return self._runtimes[queue].stats
-
-    def consumer_name(self, queue: str) -> str:
-        return self._runtimes[queue].consumer
-
-    def snapshot(self) -> SupervisorSnapshot | None:
-        return self._supervisor.snapshot() if self._supervisor else None
 
 
 _RATE_POLICY = load("job_rate_policy")

@@ -8,7 +8,6 @@ raw entries and return ``ACK``, ``NACK`` or ``DeadLetter(reason)``.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,7 +16,7 @@ from datetime import timedelta
 import anyio
 import anyio.abc
 
-from supervisors import Mailbox, Restart, Supervisor, SupervisorSnapshot
+from supervisors import Mailbox, Supervisor
 
 from ..actors._util import text
 from ..actors.admission import Admission
@@ -28,12 +27,12 @@ from ..actors.source import (
     create_group,
     deliveries_from_read,
 )
-from ..actors.tree import consumer_supervisor
+from ..actors.tree import ConsumerHost, consumer_supervisor
 from ..codecs import BytesCodec
 from ..errors import ConfigurationError, ValidationError
 from ..jobs.model import Ack, DeadLetter, DeadLetterReason, Delivery, Nack
 from ..jobs.options import WorkerOptions, default_consumer_name
-from ..jobs.runtime import Completion, QueueRuntime, WorkerStatistics, log
+from ..jobs.runtime import Completion, QueueRuntime, log
 from ..keys import same_slot, validate_name
 from ..redis.client import Arg, RedisClient
 from ..redis.scripts import load
@@ -258,7 +257,7 @@ class StreamRegistration:
     options: StreamWorkerOptions
 
 
-class StreamWorker:
+class StreamWorker(ConsumerHost):
     """Consumes application-owned streams with supervised actors.
 
     ::
@@ -277,10 +276,8 @@ class StreamWorker:
 
     def __init__(self, name: str = "streams") -> None:
         validate_name(name, what="worker name")
-        self.name = name
+        super().__init__(name)
         self._registrations: dict[str, StreamRegistration] = {}
-        self._runtimes: dict[str, QueueRuntime] = {}
-        self._supervisor: Supervisor | None = None
 
     def register(
         self, stream: str, handler: StreamHandler, options: StreamWorkerOptions | None = None
@@ -349,13 +346,7 @@ class StreamWorker:
             sups.append(
                 consumer_supervisor(f"stream:{reg.stream}", rt, recovery=reg.options.recovery)
             )
-        self._supervisor = Supervisor(
-            self.name,
-            [s.child_spec(restart=Restart.PERMANENT, shutdown=math.inf) for s in sups],
-            max_restarts=3,
-            period=60.0,
-        )
-        return self._supervisor
+        return self._root(sups)
 
     async def run(
         self,
@@ -364,27 +355,4 @@ class StreamWorker:
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Run until cancelled or stopped; ready once every actor has started."""
-        supervisor = self.build(client)
-        try:
-            await supervisor.run(task_status=task_status)
-        finally:
-            for rt in self._runtimes.values():
-                rt.deliveries.close()
-                rt.completions.close()
-
-    def request_stop(self) -> None:
-        if self._supervisor is not None:
-            self._supervisor.request_stop()
-
-    async def stop(self) -> None:
-        if self._supervisor is not None:
-            await self._supervisor.stop()
-
-    def statistics(self, stream: str) -> WorkerStatistics:
-        return self._runtimes[stream].stats
-
-    def consumer_name(self, stream: str) -> str:
-        return self._runtimes[stream].consumer
-
-    def snapshot(self) -> SupervisorSnapshot | None:
-        return self._supervisor.snapshot() if self._supervisor else None
+        await self._run_tree(self.build(client), task_status)
