@@ -27,13 +27,15 @@
 -- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM (before anything is claimed).
 --!include lib/preflight.lua
 --!include lib/fence.lua
+--!include lib/claim.lua
 
 local ready, control, events, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, consumer, mode = ARGV[1], ARGV[2], ARGV[3]
 local min_idle, cursor, count = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 local limit = tonumber(ARGV[7])
 local ack_mode = ARGV[8] or 'ack'
-if not count or count < 1 or count > 1000 or not limit or not min_idle
+if not count or count < 1 or count > 1000 or not limit or limit < 0 or not min_idle
+   or min_idle < 0 or (mode ~= 'recover' and mode ~= 'replay')
    or not respire_ack_mode_ok(ack_mode) then
   return redis.error_reply('RESPIRE_ARGUMENT bad recovery arguments')
 end
@@ -48,25 +50,8 @@ local err = respire_preflight(
     control, window))
 if err then return err end
 
-local entries, next_cursor, deleted = {}, '0-0', 0
-if mode == 'recover' then
-  local r = redis.call('XAUTOCLAIM', ready, group, consumer, min_idle, cursor, 'COUNT', count)
-  next_cursor = r[1]
-  entries = r[2]
-  if r[3] then deleted = #r[3] end
-else
-  local start = cursor
-  if start ~= '0-0' then start = '(' .. start end
-  if start == '0-0' then start = '-' end
-  local rows = redis.call('XPENDING', ready, group, start, '+', count, consumer)
-  if #rows > 0 then
-    local ids = {}
-    for i, row in ipairs(rows) do ids[i] = row[1] end
-    entries = redis.call('XCLAIM', ready, group, consumer, 0, unpack(ids))
-    if #entries < #ids then deleted = #ids - #entries end
-    if #rows == count then next_cursor = rows[#rows][1] end
-  end
-end
+local entries, next_cursor, deleted =
+  respire_claim_page(ready, group, consumer, mode, min_idle, cursor, count)
 
 local claimed, dead_count, expired = {}, 0, 0
 local now_ms = nil
