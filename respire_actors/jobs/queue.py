@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -12,7 +13,7 @@ import anyio
 
 from ..codecs import Codec
 from ..errors import RedisUnavailable, ValidationError
-from ..keys import JobQueueKeys
+from ..keys import JobQueueKeys, validate_name
 from ..redis.client import BlockingConnection, Pending, RedisClient, Transaction
 from ..redis.scripts import load, run_many
 from .model import EnqueueResult, JobEvent, QueueState
@@ -281,10 +282,19 @@ class JobQueue(Generic[T]):
         retried with backoff (capped at 3.2 s), resuming after the last yielded event. Cancel
         to stop; permanent errors (wrong key type, ACL) are raised. The reader holds its own
         connection (a blocking XREAD), opened here and closed on exit.
+
+        ``cursor`` is an event id, ``"0-0"`` (everything retained, the default) or ``"$"``
+        (only events appended after the reader opens: the newest id is looked up once, so a
+        reconnect before the first event misses nothing).
         """
         block_ms = duration_ms(block, what="block")
         if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10_000:
             raise ValidationError("batch must be an integer from 1 to 10000")
+        if not isinstance(cursor, str) or not (cursor == "$" or _EVENT_ID.match(cursor)):
+            raise ValidationError(f"cursor must be '0-0', '$' or an event id, got {cursor!r}")
+        if cursor == "$":
+            newest = await self.client.execute("XREVRANGE", self.keys.events, "+", "-", "COUNT", 1)
+            cursor = _s(newest[0][0]) if newest else "0-0"
         async with self.client.open_blocking() as conn:
             yield EventReader(conn, self.keys.events, cursor, block_ms, batch)
 
@@ -299,10 +309,18 @@ class JobQueue(Generic[T]):
     async def read_dead_letters(
         self, count: int = 100, *, stream: str | None = None
     ) -> list[tuple[str, dict[str, bytes]]]:
-        """The oldest ``count`` dead letters as (entry id, fields). Reading does not requeue."""
+        """The oldest ``count`` (1-10000) dead letters as (entry id, fields). Reading does not
+        requeue them. ``stream`` is a dead-letter suffix override, as in WorkerOptions."""
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 10_000:
+            raise ValidationError("count must be an integer from 1 to 10000")
+        if stream is not None:
+            validate_name(stream, what="dead-letter stream suffix")
         key = self.keys.custom(stream) if stream else self.keys.dead
         rows = await self.client.execute("XRANGE", key, "-", "+", "COUNT", count)
         return [(_s(i), {_s(k): v for k, v in _pairs(f)}) for i, f in rows or []]
+
+
+_EVENT_ID = re.compile(r"\A[0-9]{1,20}(-[0-9]{1,20})?\Z")
 
 
 class EventReader:
