@@ -91,7 +91,7 @@ async def bench_process(client, n: int, concurrency: int) -> tuple[float, float]
         await done.wait()
         elapsed = time.perf_counter() - t
         # let the completer commit the tail before counting
-        while worker.statistics(q.name).acked < n:
+        while worker.statistics(q.name).acked < n:  # noqa: ASYNC110 - polling a counter
             await anyio.sleep(0.01)
         trips = client.round_trips - before
         await worker.stop()
@@ -242,6 +242,7 @@ if __name__ == "__main__":
     parser.add_argument("--jobs", type=int, default=20000)
     a = parser.parse_args()
     print(
-        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, backend {a.backend}"
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}, backend {a.backend}"
     )
     anyio.run(main, a, backend=a.backend)
