@@ -15,7 +15,7 @@ from ..codecs import Codec
 from ..errors import RedisUnavailable, ValidationError
 from ..keys import JobQueueKeys, validate_name
 from ..redis.client import BlockingConnection, Pending, RedisClient, Transaction
-from ..redis.scripts import load, run_many
+from ..redis.scripts import Script, load, run_many
 from .model import EnqueueResult, JobEvent, QueueState
 from .options import DEFAULT_DEDUP_WINDOW, JobEnqueueOptions, RateLimit, duration_ms
 
@@ -118,10 +118,16 @@ class JobQueue(Generic[T]):
         (deduplication returns the existing entries).
         """
         prepared = [self._prepare(job_id, payload, dedup_window) for job_id, payload in jobs]
+        return await self._pipelined(_ENQUEUE, prepared)
+
+    async def _pipelined(
+        self, script: Script, prepared: Sequence[_Prepared]
+    ) -> list[EnqueueResult]:
+        """Run prepared enqueues 1000 per round trip; raise the first error after the rest ran."""
         results: list[EnqueueResult] = []
         for start in range(0, len(prepared), 1000):
             chunk = prepared[start : start + 1000]
-            replies = await run_many(self.client, [(_ENQUEUE, p.keys, p.args) for p in chunk])
+            replies = await run_many(self.client, [(script, p.keys, p.args) for p in chunk])
             for reply in replies:
                 if isinstance(reply, BaseException):
                     raise reply
@@ -188,15 +194,7 @@ class JobQueue(Generic[T]):
         """:meth:`enqueue_scheduled` for many jobs with the same options, pipelined; validated
         up front, not atomic as a whole, safe to retry (deduplication)."""
         prepared = [self._prepare_scheduled(j, p, options) for j, p in jobs]
-        results: list[EnqueueResult] = []
-        for start in range(0, len(prepared), 1000):
-            chunk = prepared[start : start + 1000]
-            replies = await run_many(self.client, [(_SCHEDULE, p.keys, p.args) for p in chunk])
-            for reply in replies:
-                if isinstance(reply, BaseException):
-                    raise reply
-                results.append(_to_result(reply))
-        return results
+        return await self._pipelined(_SCHEDULE, prepared)
 
     def enqueue_scheduled_in(
         self,
