@@ -19,15 +19,26 @@ from ..jobs.model import Ack, DeadLetter, DeadLetterReason, Delivery, Nack, Retr
 from ..jobs.runtime import Completion, Job, QueueRuntime, log
 
 
+def bind_job(rt: QueueRuntime, delivery: Delivery) -> Job[object]:
+    """The job worker's handler argument: the decoded payload wrapped in a :class:`Job`.
+    Raises :class:`DecodeError` for a payload the codec cannot read."""
+    return Job(rt, delivery, rt.codec.decode(delivery.payload))
+
+
 async def process(rt: QueueRuntime, delivery: Delivery, deadline: float) -> None:
-    """Run one delivery and hand its outcome (if any) to the completer."""
+    """Run one delivery under its lease and hand its outcome (if any) to the completer.
+
+    The handler argument comes from ``rt.bind`` (a :class:`Job` by default; stream workers
+    pass a raw entry). It must have ``cancel_scope`` and ``lease_lost`` attributes.
+    """
+    label = delivery.job_id or delivery.entry_id
     try:
-        payload = rt.codec.decode(delivery.payload)
+        arg = (rt.bind or bind_job)(rt, delivery)
     except DecodeError as exc:
         rt.stats.decode_failures += 1
         log.warning(
-            "job %r of %s cannot be decoded (%s); dead-lettering without calling the handler",
-            delivery.job_id,
+            "%r of %s cannot be decoded (%s); dead-lettering without calling the handler",
+            label,
             rt.name,
             exc,
         )
@@ -35,30 +46,24 @@ async def process(rt: QueueRuntime, delivery: Delivery, deadline: float) -> None
             Completion(delivery, "dead", DeadLetterReason.PROCESSING_FAILED.value)
         )
         return
-    job: Job[object] = Job(rt, delivery, payload)
     rt.stats.started += 1
     outcome: object = None
     failed = False
     with anyio.CancelScope(deadline=deadline) as scope:
-        job.cancel_scope = scope
+        arg.cancel_scope = scope
         try:
-            outcome = await rt.handler(job)
+            outcome = await rt.handler(arg)
         except Exception:
             failed = True
             rt.stats.failed += 1
             log.exception(
-                "handler for %s failed on job %r (attempt %d)",
-                rt.name,
-                delivery.job_id,
-                delivery.attempt,
+                "handler for %s failed on %r (attempt %d)", rt.name, label, delivery.attempt
             )
-    if scope.cancelled_caught or job.lease_lost:
-        if not job.lease_lost:
-            job.lease_lost = True
+    if scope.cancelled_caught or arg.lease_lost:
+        if not arg.lease_lost:
+            arg.lease_lost = True
             rt.stats.leases_lost += 1
-        log.warning(
-            "job %r of %s lost its lease; left pending for recovery", delivery.job_id, rt.name
-        )
+        log.warning("%r of %s lost its lease; left pending for recovery", label, rt.name)
         return
     if failed:
         await _nack(rt, delivery, DeadLetterReason.PROCESSING_FAILED.value)
@@ -127,7 +132,7 @@ async def _runner_loop(rt: QueueRuntime) -> None:
         try:
             # The lease is counted from when the read that claimed the entry returned, which is
             # after Redis delivered it; fencing keeps the short overlap harmless.
-            await (rt.process or process)(rt, delivery, delivery.received_at + visibility)
+            await process(rt, delivery, delivery.received_at + visibility)
         finally:
             rt.admission.release(1)
 

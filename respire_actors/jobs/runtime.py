@@ -87,9 +87,9 @@ class QueueRuntime:
     completions: Mailbox[Completion]
     source: Source
     group: str = CONSUMER_GROUP
-    # How a runner handles one delivery; None means the job-queue behaviour
-    # (respire_actors.actors.runner.process). Stream workers plug in their own.
-    process: Callable[[QueueRuntime, Delivery, float], Awaitable[None]] | None = None
+    # Builds the handler argument of one delivery; None means a Job with the decoded payload
+    # (respire_actors.actors.runner.bind_job). Stream workers hand over the raw entry.
+    bind: Callable[[QueueRuntime, Delivery], Any] | None = None
     stats: WorkerStatistics = field(default_factory=WorkerStatistics)
     # Scheduling, TTL checks and durable retries; None keeps immediate-only processing.
     queue_options: QueueOptions | None = None

@@ -30,9 +30,9 @@ from ..actors.source import (
 from ..actors.tree import ConsumerHost, consumer_supervisor
 from ..codecs import BytesCodec
 from ..errors import ConfigurationError, ValidationError
-from ..jobs.model import Ack, DeadLetter, DeadLetterReason, Delivery, Nack
+from ..jobs.model import Ack, DeadLetter, Delivery, Nack
 from ..jobs.options import WorkerOptions, default_consumer_name
-from ..jobs.runtime import Completion, QueueRuntime, log
+from ..jobs.runtime import Completion, QueueRuntime
 from ..keys import same_slot, validate_name
 from ..redis.client import Arg, RedisClient
 from ..redis.scripts import load
@@ -134,12 +134,13 @@ class StreamEntry:
     count. The handler runs in :attr:`cancel_scope`, cancelled when the lease runs out.
     """
 
-    __slots__ = ("cancel_scope", "delivery", "stream")
+    __slots__ = ("cancel_scope", "delivery", "lease_lost", "stream")
 
     def __init__(self, stream: str, delivery: Delivery) -> None:
         self.stream = stream
         self.delivery = delivery
         self.cancel_scope: anyio.CancelScope | None = None
+        self.lease_lost = False
 
     @property
     def id(self) -> str:
@@ -208,46 +209,9 @@ class StreamSource:
         return [int(s) for s in reply]
 
 
-async def process_entry(rt: QueueRuntime, delivery: Delivery, deadline: float) -> None:
-    """Run a stream handler under the delivery's lease and route its outcome."""
-    entry = StreamEntry(rt.name, delivery)
-    rt.stats.started += 1
-    outcome: object = None
-    failed = False
-    with anyio.CancelScope(deadline=deadline) as scope:
-        entry.cancel_scope = scope
-        try:
-            outcome = await rt.handler(entry)  # type: ignore[arg-type]
-        except Exception:
-            failed = True
-            rt.stats.failed += 1
-            log.exception(
-                "stream handler for %s failed on %s (attempt %d)",
-                rt.name,
-                delivery.entry_id,
-                delivery.attempt,
-            )
-    if scope.cancelled_caught:
-        rt.stats.leases_lost += 1
-        log.warning("entry %s of %s lost its lease; left pending", delivery.entry_id, rt.name)
-        return
-    if not failed and (outcome is None or isinstance(outcome, Ack)):
-        await rt.completions.send(Completion(delivery, "ack"))
-    elif not failed and isinstance(outcome, DeadLetter):
-        await rt.completions.send(Completion(delivery, "dead", outcome.reason))
-    else:
-        reason = (
-            DeadLetterReason.NACK
-            if isinstance(outcome, Nack) and not failed
-            else (DeadLetterReason.PROCESSING_FAILED)
-        )
-        if not failed and not isinstance(outcome, Nack):
-            rt.stats.failed += 1
-            log.error("stream handler for %s returned %r, not an outcome", rt.name, outcome)
-        rt.stats.nacked += 1
-        limit = rt.options.delivery_limit
-        if limit is not None and delivery.attempt >= limit:
-            await rt.completions.send(Completion(delivery, "dead", reason.value))
+def bind_entry(rt: QueueRuntime, delivery: Delivery) -> StreamEntry:
+    """The stream worker's handler argument: the raw entry (nothing to decode)."""
+    return StreamEntry(rt.name, delivery)
 
 
 @dataclass(frozen=True, slots=True)
@@ -332,7 +296,7 @@ class StreamWorker(ConsumerHost):
                 max(64, 2 * o.concurrency), name=f"{reg.stream}:completions"
             ),
             group=o.group,
-            process=process_entry,
+            bind=bind_entry,
         )
 
     def build(self, client: RedisClient) -> Supervisor:
