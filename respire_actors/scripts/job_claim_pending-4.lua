@@ -28,6 +28,7 @@
 --!include lib/preflight.lua
 --!include lib/fence.lua
 --!include lib/claim.lua
+--!include lib/dead_letter.lua
 
 local ready, control, events, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, consumer, mode = ARGV[1], ARGV[2], ARGV[3]
@@ -70,17 +71,7 @@ for _, entry in ipairs(entries) do
     local prior = tonumber(respire_field(fields, '_respire.job.attempts') or '0') or 0
     if limit > 0 and prior + deliveries > limit then
       local job_id = respire_field(fields, '_respire.job.id') or ''
-      local copy = {}
-      for i = 1, #fields do copy[i] = fields[i] end
-      if respire_field(fields, '_respire.job.attempts') then
-        copy[#copy + 1] = '_respire.total_attempts'
-        copy[#copy + 1] = tostring(prior + deliveries)
-      end
-      for _, v in ipairs({'_respire.source_id', id, '_respire.attempt', tostring(deliveries),
-                          '_respire.reason', 'delivery-limit', '_respire.consumer', consumer}) do
-        copy[#copy + 1] = v
-      end
-      redis.call('XADD', dead, '*', unpack(copy))
+      respire_dead_letter(dead, fields, nil, id, deliveries, 'delivery-limit', consumer)
       redis.call('XADD', events, '*', 'kind', 'dead-letter', 'job_id', job_id, 'entry_id', id,
                  'attempt', tostring(deliveries), 'reason', 'delivery-limit')
       respire_ack(ready, group, ack_mode, id)

@@ -23,6 +23,7 @@
 -- it stay committed (their statuses are in the error text).
 --!include lib/preflight.lua
 --!include lib/fence.lua
+--!include lib/dead_letter.lua
 
 local ready, events, dead = KEYS[1], KEYS[2], KEYS[3]
 local group, consumer = ARGV[1], ARGV[2]
@@ -55,23 +56,9 @@ for i = 0, n - 1 do
       appended_events = redis.call('XADD', events, '*', 'kind', 'completed', 'job_id', job_id,
                                    'entry_id', entry, 'attempt', attempt)
     elseif kind == 'dead' then
-      local fields = respire_entry(ready, entry)
-      local copy = {}
-      if fields then
-        for j = 1, #fields do copy[j] = fields[j] end
-      else
-        copy = {'_respire.job.id', job_id}
-      end
-      local prior = respire_field(fields, '_respire.job.attempts')
-      if prior then
-        copy[#copy + 1] = '_respire.total_attempts'
-        copy[#copy + 1] = tostring((tonumber(prior) or 0) + tonumber(attempt))
-      end
-      for _, v in ipairs({'_respire.source_id', entry, '_respire.attempt', attempt,
-                          '_respire.reason', reason, '_respire.consumer', consumer}) do
-        copy[#copy + 1] = v
-      end
-      appended_dead = redis.call('XADD', dead, '*', unpack(copy))
+      appended_dead = respire_dead_letter(dead, respire_entry(ready, entry),
+                                          {'_respire.job.id', job_id}, entry, attempt, reason,
+                                          consumer)
       appended_events = redis.call('XADD', events, '*', 'kind', 'dead-letter', 'job_id', job_id,
                                    'entry_id', entry, 'attempt', attempt, 'reason', reason)
     end

@@ -18,6 +18,7 @@
 -- cleared and counted. Errors: RESPIRE_WRONGTYPE, RESPIRE_NOPERM, RESPIRE_ARGUMENT.
 --!include lib/preflight.lua
 --!include lib/claim.lua
+--!include lib/dead_letter.lua
 
 local stream, dead = KEYS[1], KEYS[2]
 local group, consumer, mode = ARGV[1], ARGV[2], ARGV[3]
@@ -40,13 +41,7 @@ for _, entry in ipairs(entries) do
   if fields then
     local deliveries = tonumber(redis.call('XPENDING', stream, group, id, id, 1)[1][4])
     if limit > 0 and deliveries > limit then
-      local copy = {}
-      for i = 1, #fields do copy[i] = fields[i] end
-      for _, v in ipairs({'_respire.source_id', id, '_respire.attempt', tostring(deliveries),
-                          '_respire.reason', 'delivery-limit', '_respire.consumer', consumer}) do
-        copy[#copy + 1] = v
-      end
-      redis.call('XADD', dead, '*', unpack(copy))
+      respire_dead_letter(dead, fields, nil, id, deliveries, 'delivery-limit', consumer)
       redis.call('XACK', stream, group, id)
       dead_count = dead_count + 1
     else

@@ -16,6 +16,7 @@
 -- RESPIRE_COMPLETE if an acknowledgement fails (that outcome's dead letter is removed again).
 --!include lib/preflight.lua
 --!include lib/fence.lua
+--!include lib/dead_letter.lua
 
 local stream, dead = KEYS[1], KEYS[2]
 local group, consumer, delete = ARGV[1], ARGV[2], ARGV[3] == '1'
@@ -46,14 +47,8 @@ for i = 0, n - 1 do
   else
     local appended = nil
     if kind == 'dead' then
-      local fields = respire_entry(stream, entry) or {}
-      local copy = {}
-      for j = 1, #fields do copy[j] = fields[j] end
-      for _, v in ipairs({'_respire.source_id', entry, '_respire.attempt', attempt,
-                          '_respire.reason', reason, '_respire.consumer', consumer}) do
-        copy[#copy + 1] = v
-      end
-      appended = redis.call('XADD', dead, '*', unpack(copy))
+      appended = respire_dead_letter(dead, respire_entry(stream, entry), nil, entry, attempt,
+                                     reason, consumer)
     end
     local ok, ackErr = pcall(redis.call, 'XACK', stream, group, entry)
     if not ok then
