@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 from typing import Any
 
 import anyio
+from helpers.waiting import text, wait_until, wait_until_async  # noqa: F401 - re-exported
 
 from respire_actors.actors.admission import Admission
 from respire_actors.actors.source import JobSource
@@ -55,30 +56,6 @@ async def running_worker(
         finally:
             with anyio.fail_after(15, shield=True):
                 await worker.stop()
-
-
-async def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0) -> None:
-    """Wait (bounded) until ``predicate()`` holds; it is re-checked on a short cadence.
-
-    Worker statistics and Redis state have no change notification, so this polls; the bound
-    makes a missed condition fail the test instead of hanging it.
-    """
-    with anyio.fail_after(timeout):
-        while not predicate():  # noqa: ASYNC110 - nothing to wait on but a bounded poll
-            await anyio.sleep(0.005)
-
-
-async def wait_until_async(
-    predicate: Callable[[], Awaitable[bool]], *, timeout: float = 10.0
-) -> None:
-    """:func:`wait_until` for a predicate that asks Redis."""
-    with anyio.fail_after(timeout):
-        while not await predicate():  # noqa: ASYNC110 - see wait_until
-            await anyio.sleep(0.01)
-
-
-def text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def fields_of(flat: Sequence[Any]) -> dict[str, bytes]:

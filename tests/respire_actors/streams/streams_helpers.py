@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 import anyio
+from helpers.waiting import text, wait_until, wait_until_async  # noqa: F401 - re-exported
 
 from respire_actors.jobs.runtime import QueueRuntime, WorkerStatistics
 from respire_actors.redis.client import RedisClient
@@ -55,25 +56,6 @@ def runtime(worker: StreamWorker, stream: str) -> QueueRuntime:
 
 def stats(worker: StreamWorker, stream: str) -> WorkerStatistics:
     return worker.statistics(stream)
-
-
-async def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0) -> None:
-    """Wait (bounded) until ``predicate()`` holds; a missed condition fails the test."""
-    with anyio.fail_after(timeout):
-        while not predicate():  # noqa: ASYNC110 - statistics have no change notification
-            await anyio.sleep(0.005)
-
-
-async def wait_until_async(
-    predicate: Callable[[], Awaitable[bool]], *, timeout: float = 10.0
-) -> None:
-    with anyio.fail_after(timeout):
-        while not await predicate():  # noqa: ASYNC110 - see wait_until
-            await anyio.sleep(0.01)
-
-
-def text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def pairs(flat: Any) -> dict[str, bytes]:
