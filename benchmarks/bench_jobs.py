@@ -64,9 +64,8 @@ async def bench_enqueue(client, n: int) -> tuple[float, float]:
     return single_rate, piped_rate
 
 
-async def bench_process(client, n: int, concurrency: int) -> tuple[float, float]:
-    q = JobQueue(client, f"bench-{uuid.uuid4().hex[:8]}", BytesCodec())
-    await q.enqueue_many((f"j{i}", b"x") for i in range(n))
+def _counting_handler(n: int):
+    """A no-op handler that sets the returned event after its n-th job."""
     done = anyio.Event()
     count = 0
 
@@ -76,6 +75,14 @@ async def bench_process(client, n: int, concurrency: int) -> tuple[float, float]
         if count == n:
             done.set()
         return ACK
+
+    return done, handler
+
+
+async def bench_process(client, n: int, concurrency: int) -> tuple[float, float]:
+    q = JobQueue(client, f"bench-{uuid.uuid4().hex[:8]}", BytesCodec())
+    await q.enqueue_many((f"j{i}", b"x") for i in range(n))
+    done, handler = _counting_handler(n)
 
     worker = Worker()
     worker.register(
@@ -119,15 +126,7 @@ async def bench_promotion(client, n: int, batch: int) -> tuple[float, float]:
 async def bench_scheduled_process(client, n: int, concurrency: int) -> float:
     """End to end: n zero-delay scheduled jobs promoted and processed by one worker."""
     q = JobQueue(client, f"bench-{uuid.uuid4().hex[:8]}", BytesCodec())
-    done = anyio.Event()
-    count = 0
-
-    async def handler(job: Job[bytes]):
-        nonlocal count
-        count += 1
-        if count == n:
-            done.set()
-        return ACK
+    done, handler = _counting_handler(n)
 
     worker = Worker()
     worker.register(
