@@ -9,6 +9,7 @@
     │   └── CommandTimeout (also TimeoutError)  no reply within the command timeout
     ├── UnsupportedServer                   the server is older than Redis 7.0
     ├── ServerError                         the server refused a command
+    │   ├── ServerLoading                   the server is still loading its data set (LOADING)
     │   ├── PermissionDenied                ACL refused a command (NOPERM or our preflight)
     │   ├── WrongKeyType                    a key holds another type than the queue expects
     │   ├── ScriptError                     a Lua script reported a broken invariant
@@ -63,6 +64,11 @@ class ServerError(RespireError):
         code, _, detail = message.partition(" ")
         self.code = code if code.isupper() else ""
         self.detail = detail if self.code else message
+
+
+class ServerLoading(ServerError):
+    """The server answered ``LOADING``: it is still reading its data set into memory and ran
+    nothing. Safe to retry after a short wait (start-up waits for it to finish)."""
 
 
 class PermissionDenied(ServerError):

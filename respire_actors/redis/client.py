@@ -41,6 +41,7 @@ from ..errors import (
     RespireError,
     ScriptError,
     ServerError,
+    ServerLoading,
     TransactionAborted,
     UnsupportedServer,
     ValidationError,
@@ -261,6 +262,8 @@ def map_error(exc: BaseException) -> BaseException:
         marker = "of pipeline caused error: "
         if marker in message:
             message = message.split(marker, 1)[1]
+        if message.startswith("LOADING"):
+            return ServerLoading(message)
         if isinstance(exc, cx.WrongTypeError) or message.startswith("WRONGTYPE"):
             return WrongKeyType(_with_code("WRONGTYPE", message))
         if isinstance(exc, cx.AuthorizationError) or message.startswith("NOPERM"):
