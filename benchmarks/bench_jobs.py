@@ -29,8 +29,8 @@ from respire_actors import (
     WorkerOptions,
     connect,
 )
-from respire_actors.actors.source import JobSource
 from respire_actors.embedded import EmbeddedConfig, open_embedded_server
+from respire_actors.jobs.source import JobSource
 
 
 async def _cleanup(client, queue: JobQueue[bytes]) -> None:

@@ -82,14 +82,22 @@ class EmbeddedConfig:
 def _command(binary: Path, config: EmbeddedConfig, port: int, data_dir: Path) -> list[str]:
     cmd = [
         str(binary),
-        "--port", str(port),
-        "--bind", "127.0.0.1",
-        "--protected-mode", "yes",
-        "--dir", str(data_dir),
-        "--daemonize", "no",
-        "--save", "",
-        "--logfile", "valkey.log",
-        "--pidfile", "",
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--protected-mode",
+        "yes",
+        "--dir",
+        str(data_dir),
+        "--daemonize",
+        "no",
+        "--save",
+        "",
+        "--logfile",
+        "valkey.log",
+        "--pidfile",
+        "",
     ]
     if config.persistent:
         cmd += ["--appendonly", "yes", "--appendfsync", "everysec"]

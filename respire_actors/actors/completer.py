@@ -13,7 +13,8 @@ import anyio.abc
 from supervisors import MailboxClosed, current_child
 
 from ..errors import RedisUnavailable
-from ..jobs.runtime import Completion, QueueRuntime, log
+from .messages import Completion
+from .runtime import QueueRuntime, log
 
 MAX_BATCH = 256
 

@@ -17,8 +17,8 @@ import anyio.lowlevel
 from supervisors import current_child
 
 from ..errors import RedisUnavailable
-from ..jobs.runtime import QueueRuntime, log
-from .source import JobSource
+from .runtime import QueueRuntime, log
+from .source import PromotingSource
 
 
 def next_wait_ms(promoted: int, batch_size: int, next_due_ms: int, poll_ms: int) -> int:
@@ -37,7 +37,7 @@ async def run_promoter(
     ctx = current_child()
     qo = rt.queue_options
     source = rt.source
-    if qo is None or not isinstance(source, JobSource):
+    if qo is None or not isinstance(source, PromotingSource):
         raise RuntimeError("the promoter needs a job queue registered with QueueOptions")
     poll_ms, batch = qo.poll_ms, qo.scheduling_batch_size
     task_status.started()

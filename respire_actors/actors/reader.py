@@ -14,8 +14,8 @@ import anyio.abc
 from supervisors import current_child
 
 from ..errors import RedisUnavailable, ServerError
-from ..jobs.options import duration_ms
-from ..jobs.runtime import QueueRuntime, log
+from .options import duration_ms
+from .runtime import QueueRuntime, log
 
 
 async def run_reader(
@@ -83,8 +83,14 @@ async def run_reader(
             with ctx.stop_scope():
                 try:
                     await blocking.execute(
-                        "XREAD", "COUNT", 1, "BLOCK", poll_ms,
-                        "STREAMS", rt.source.stream_key, result.last_id,
+                        "XREAD",
+                        "COUNT",
+                        1,
+                        "BLOCK",
+                        poll_ms,
+                        "STREAMS",
+                        rt.source.stream_key,
+                        result.last_id,
                     )
                 except RedisUnavailable:
                     await anyio.sleep(backoff)

@@ -15,25 +15,19 @@ import anyio.abc
 from supervisors import current_child
 
 from ..codecs import DecodeError
-from ..jobs.model import Ack, DeadLetter, DeadLetterReason, Delivery, Nack, RetryAfter
-from ..jobs.runtime import Completion, Job, QueueRuntime, log
-
-
-def bind_job(rt: QueueRuntime, delivery: Delivery) -> Job[object]:
-    """The job worker's handler argument: the decoded payload wrapped in a :class:`Job`.
-    Raises :class:`DecodeError` for a payload the codec cannot read."""
-    return Job(rt, delivery, rt.codec.decode(delivery.payload))
+from .messages import Ack, Completion, DeadLetter, DeadLetterReason, Delivery, Nack, RetryAfter
+from .runtime import QueueRuntime, log
 
 
 async def process(rt: QueueRuntime, delivery: Delivery, deadline: float) -> None:
     """Run one delivery under its lease and hand its outcome (if any) to the completer.
 
-    The handler argument comes from ``rt.bind`` (a :class:`Job` by default; stream workers
-    pass a raw entry). It must have ``cancel_scope`` and ``lease_lost`` attributes.
+    The handler argument comes from ``rt.bind`` (a ``Job`` for job workers, the raw entry for
+    stream workers). It must have ``cancel_scope`` and ``lease_lost`` attributes.
     """
     label = delivery.job_id or delivery.entry_id
     try:
-        arg = (rt.bind or bind_job)(rt, delivery)
+        arg = rt.bind(rt, delivery)
     except DecodeError as exc:
         rt.stats.decode_failures += 1
         log.warning(

@@ -14,8 +14,8 @@ import anyio.abc
 from supervisors import current_child
 
 from ..errors import RedisUnavailable
-from ..jobs.options import duration_ms
-from ..jobs.runtime import QueueRuntime, log
+from .options import duration_ms
+from .runtime import QueueRuntime, log
 
 
 async def _pass(rt: QueueRuntime, mode: str) -> bool:

@@ -10,11 +10,11 @@ import anyio.abc
 
 from supervisors import Backoff, ChildSpec, Restart, Supervisor, SupervisorSnapshot
 
-from ..jobs.options import duration_ms
-from ..jobs.runtime import QueueRuntime, WorkerStatistics
 from .completer import run_completer
+from .options import duration_ms
 from .reader import run_reader
 from .runner import run_runner_pool
+from .runtime import QueueRuntime, WorkerStatistics
 from .sweeper import run_sweeper
 
 

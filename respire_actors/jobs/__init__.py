@@ -1,5 +1,7 @@
 """Typed job queues and their supervised workers."""
 
+from ..actors.runtime import WorkerStatistics
+from .job import Job
 from .model import (
     ACK,
     NACK,
@@ -16,7 +18,6 @@ from .model import (
 )
 from .options import JobEnqueueOptions, LogPolicy, QueueOptions, RateLimit, WorkerOptions
 from .queue import JobQueue
-from .runtime import Job, WorkerStatistics
 from .worker import Registration, Worker
 
 __all__ = [

@@ -1,55 +1,27 @@
-"""Values handed to and returned from handlers, and read back by producers."""
+"""Values handed to and returned from handlers, and read back by producers.
+
+The outcomes and :class:`Delivery` are shared with stream workers and live in
+:mod:`respire_actors.actors.messages`; they are re-exported here.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Literal
 
+from ..actors.messages import (
+    ACK,
+    NACK,
+    Ack,
+    DeadLetter,
+    DeadLetterReason,
+    Delivery,
+    Nack,
+    Outcome,
+    RetryAfter,
+)
 from .options import RateLimit
-
-
-class DeadLetterReason(StrEnum):
-    """Why a job ended in the dead-letter stream."""
-
-    EXPLICIT = "explicit"
-    NACK = "nack"
-    PROCESSING_FAILED = "processing-failed"
-    DELIVERY_LIMIT = "delivery-limit"
-
-
-@dataclass(frozen=True, slots=True)
-class Ack:
-    """Success: publish a completed event and acknowledge, atomically."""
-
-
-@dataclass(frozen=True, slots=True)
-class Nack:
-    """Failure: leave the delivery for visibility recovery, or dead-letter it at the limit."""
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """Give up now: copy the job to the dead-letter stream with a reason, and acknowledge."""
-
-    reason: str = DeadLetterReason.EXPLICIT.value
-
-
-@dataclass(frozen=True, slots=True)
-class RetryAfter:
-    """Failure with an explicit retry delay (from :meth:`Job.retry_after`): a durable retry due
-    ``delay_ms`` after the retry transition commits, overriding the queue's backoff (and its
-    cap) but never the delivery limit or the job's TTL. Needs :class:`QueueOptions` on the
-    registration; without them it behaves as :class:`Nack`."""
-
-    delay_ms: int
-
-
-Outcome = Ack | Nack | DeadLetter | RetryAfter
-
-ACK = Ack()
-NACK = Nack()
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,36 +59,17 @@ class QueueState:
     rate_limit: RateLimit | None = None
 
 
-@dataclass(slots=True)
-class Delivery:
-    """A claimed stream entry, before decoding. ``attempt`` is its delivery count;
-    ``received_at`` the local monotonic time the claiming read returned (lease start)."""
-
-    entry_id: str
-    fields: Mapping[bytes, bytes]
-    attempt: int
-    received_at: float = 0.0
-
-    @property
-    def job_id(self) -> str:
-        return self.fields.get(b"_respire.job.id", b"").decode("utf-8", "replace")
-
-    @property
-    def prior_attempts(self) -> int:
-        raw = self.fields.get(b"_respire.job.attempts")
-        return int(raw) if raw else 0
-
-    @property
-    def expires_at(self) -> int | None:
-        """Absolute expiry in unix ms (server clock), or None."""
-        raw = self.fields.get(b"_respire.job.expires_at")
-        return int(raw) if raw else None
-
-    @property
-    def priority(self) -> int:
-        raw = self.fields.get(b"_respire.job.priority")
-        return int(raw) if raw else 0
-
-    @property
-    def payload(self) -> bytes:
-        return self.fields.get(b"_respire.job.payload", b"")
+__all__ = [
+    "ACK",
+    "NACK",
+    "Ack",
+    "DeadLetter",
+    "DeadLetterReason",
+    "Delivery",
+    "EnqueueResult",
+    "JobEvent",
+    "Nack",
+    "Outcome",
+    "QueueState",
+    "RetryAfter",
+]

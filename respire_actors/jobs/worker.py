@@ -28,22 +28,23 @@ import anyio.abc
 from supervisors import ChildSpec, Mailbox, Supervisor
 
 from ..actors.admission import Admission
+from ..actors.messages import Completion, Delivery
+from ..actors.options import (
+    CONSUMER_GROUP,
+    QueueOptions,
+    WorkerOptions,
+    default_consumer_name,
+)
 from ..actors.promoter import run_promoter
-from ..actors.source import JobSource
+from ..actors.runtime import Handler, QueueRuntime
 from ..actors.tree import ConsumerHost, consumer_supervisor
 from ..codecs import Codec
 from ..errors import ConfigurationError, PermissionDenied, ValidationError
 from ..keys import JobQueueKeys, validate_name
 from ..redis.client import RedisClient
 from ..redis.scripts import load
-from .model import Delivery
-from .options import (
-    CONSUMER_GROUP,
-    QueueOptions,
-    WorkerOptions,
-    default_consumer_name,
-)
-from .runtime import Completion, Handler, QueueRuntime
+from .job import bind_job
+from .source import JobSource
 
 T = TypeVar("T")
 
@@ -136,6 +137,7 @@ class Worker(ConsumerHost):
             client=client,
             keys=keys,
             source=JobSource(client, keys, dead, CONSUMER_GROUP),
+            bind=bind_job,
             codec=reg.codec,
             handler=reg.handler,
             options=o,

@@ -13,7 +13,7 @@ import re
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from ..codecs import Codec, DecodeError, EncodeError
 from ..errors import ConfigurationError, ScriptError, ValidationError
@@ -23,9 +23,7 @@ from ..redis.scripts import load
 from ._durations import Duration, check_batch, check_limit, to_ms
 from ._types import ConsumerStatistics, DeadLetter, Message
 from .errors import MessageDecodeError, SubscriptionNotFound
-
-if TYPE_CHECKING:
-    from .iterator import MessageIterator
+from .iterator import MessageIterator
 
 T = TypeVar("T")
 
@@ -342,7 +340,6 @@ class Consumer(Generic[T]):
         have leased a batch the iterator never saw: those also come back after the timeout,
         and are not counted against ``max_leased``.
         """
-        from .iterator import MessageIterator
 
         iterator: MessageIterator[T] = MessageIterator(
             self,

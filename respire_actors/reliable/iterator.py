@@ -5,16 +5,22 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 
 from ._types import Message
 
-if TYPE_CHECKING:
-    from ._consumer import Consumer
-
 T = TypeVar("T")
+
+
+class LeaseSource(Protocol[T]):
+    """What the iterator needs from a queue or subscription (a ``Consumer``): leased receives
+    and a bulk nack. Declared here so the iterator never imports the consumer back."""
+
+    async def _receive_ms(self, visibility_ms: int, count: int) -> list[Message[T]]: ...
+
+    async def nack_many(self, messages: Iterable[Message[Any] | str], delay: Any = 0) -> Any: ...
 
 
 class MessageIterator(Generic[T]):
@@ -28,7 +34,7 @@ class MessageIterator(Generic[T]):
 
     def __init__(
         self,
-        consumer: Consumer[T],
+        consumer: LeaseSource[T],
         visibility_ms: int,
         *,
         batch_size: int,

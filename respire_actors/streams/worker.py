@@ -20,6 +20,9 @@ from supervisors import Mailbox, Supervisor
 
 from ..actors._util import text
 from ..actors.admission import Admission
+from ..actors.messages import Ack, Completion, DeadLetter, Delivery, Nack
+from ..actors.options import WorkerOptions, default_consumer_name
+from ..actors.runtime import QueueRuntime
 from ..actors.source import (
     ClaimResult,
     ReadResult,
@@ -30,9 +33,6 @@ from ..actors.source import (
 from ..actors.tree import ConsumerHost, consumer_supervisor
 from ..codecs import BytesCodec
 from ..errors import ConfigurationError, ValidationError
-from ..jobs.model import Ack, DeadLetter, Delivery, Nack
-from ..jobs.options import WorkerOptions, default_consumer_name
-from ..jobs.runtime import Completion, QueueRuntime
 from ..keys import same_slot, validate_name
 from ..redis.client import Arg, RedisClient
 from ..redis.scripts import load
@@ -284,7 +284,7 @@ class StreamWorker(ConsumerHost):
             keys=None,
             source=source,
             codec=BytesCodec(),
-            handler=reg.handler,  # type: ignore[arg-type]
+            handler=reg.handler,
             options=wo,
             consumer=o.consumer_name or default_consumer_name(),
             admission=Admission(o.concurrency),

@@ -112,14 +112,22 @@ def start_valkey(
         chosen = port or free_port()
         cmd = [
             str(valkey_binary()),
-            "--port", str(chosen),
-            "--bind", "127.0.0.1",
-            "--dir", str(data_dir),
-            "--logfile", "valkey.log",
-            "--save", "",
-            "--appendonly", "no",
-            "--daemonize", "no",
-            "--enable-debug-command", "local",
+            "--port",
+            str(chosen),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            str(data_dir),
+            "--logfile",
+            "valkey.log",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--enable-debug-command",
+            "local",
             *(("--unixsocket", unix_socket, "--unixsocketperm", "700") if unix_socket else ()),
             *extra_args,
         ]
@@ -201,10 +209,14 @@ def start_cluster(base_dir: Path, masters: int = 3, *, timeout: float = 20.0) ->
             cluster.nodes.append(
                 start_valkey(
                     node_dir,
-                    "--cluster-enabled", "yes",
-                    "--cluster-config-file", f"nodes-{i}.conf",
-                    "--cluster-port", str(bus),
-                    "--cluster-node-timeout", "5000",
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    f"nodes-{i}.conf",
+                    "--cluster-port",
+                    str(bus),
+                    "--cluster-node-timeout",
+                    "5000",
                 )
             )
         for node, (start, end) in zip(cluster.nodes, slot_ranges(masters), strict=True):

@@ -162,9 +162,7 @@ def test_parse_version() -> None:
 OLD_INFO = b"# Server\r\nredis_version:6.2.0\r\nredis_mode:standalone\r\nrole:master\r\n"
 
 
-async def test_old_redis_is_unsupported(
-    server_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_old_redis_is_unsupported(server_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     async with connect(server_url) as client:
         real = client.execute
 

@@ -126,9 +126,7 @@ async def test_binary_that_exits_is_a_clear_error(
         await run_embedded_server(config)
 
 
-async def test_port_conflict_is_a_clear_error(
-    tmp_path: Path, valkey_server: ValkeyProcess
-) -> None:
+async def test_port_conflict_is_a_clear_error(tmp_path: Path, valkey_server: ValkeyProcess) -> None:
     # The port is taken by another valkey-server, which would answer PING: the embedded
     # server must notice that the answer is not its own and report the failed start.
     config = EmbeddedConfig(data_dir=tmp_path, port=valkey_server.port, persistent=False)

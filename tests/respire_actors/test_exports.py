@@ -6,8 +6,13 @@ import importlib
 
 import pytest
 
-PACKAGES = ["respire_actors", "respire_actors.jobs", "respire_actors.reliable",
-            "respire_actors.streams", "respire_actors.redis"]
+PACKAGES = [
+    "respire_actors",
+    "respire_actors.jobs",
+    "respire_actors.reliable",
+    "respire_actors.streams",
+    "respire_actors.redis",
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)
@@ -21,8 +26,19 @@ def test_all_names_exist_and_are_unique(name: str) -> None:
 
 @pytest.mark.parametrize(
     "public",
-    ["JobQueue", "Worker", "WorkerOptions", "ReliableQueue", "ReliableTopic", "StreamWorker",
-     "StreamWorkerOptions", "connect", "open_embedded_server", "ValidationError", "__version__"],
+    [
+        "JobQueue",
+        "Worker",
+        "WorkerOptions",
+        "ReliableQueue",
+        "ReliableTopic",
+        "StreamWorker",
+        "StreamWorkerOptions",
+        "connect",
+        "open_embedded_server",
+        "ValidationError",
+        "__version__",
+    ],
 )
 def test_top_level_exports_the_main_entry_points(public: str) -> None:
     import respire_actors

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from jobs_helpers import new_runtime
 
+from respire_actors.actors.runtime import QueueRuntime
 from respire_actors.codecs import StrCodec
 from respire_actors.jobs import JobQueue
-from respire_actors.jobs.runtime import QueueRuntime
 from respire_actors.redis.client import RedisClient
 
 

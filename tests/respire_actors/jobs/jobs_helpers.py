@@ -11,12 +11,14 @@ import anyio
 from helpers.waiting import text, wait_until, wait_until_async  # noqa: F401 - re-exported
 
 from respire_actors.actors.admission import Admission
-from respire_actors.actors.source import JobSource
+from respire_actors.actors.messages import Completion
+from respire_actors.actors.runtime import Handler, QueueRuntime
 from respire_actors.codecs import Codec, StrCodec
 from respire_actors.jobs import Delivery, JobEvent, Worker, WorkerOptions
+from respire_actors.jobs.job import bind_job
 from respire_actors.jobs.options import CONSUMER_GROUP
 from respire_actors.jobs.queue import _pairs, _stream_entries, _to_event
-from respire_actors.jobs.runtime import Completion, Handler, QueueRuntime
+from respire_actors.jobs.source import JobSource
 from respire_actors.keys import JobQueueKeys
 from respire_actors.redis.client import RedisClient
 from supervisors import Mailbox
@@ -138,6 +140,7 @@ def new_runtime(
         client=client,
         keys=keys,
         source=JobSource(client, keys, dead, CONSUMER_GROUP),
+        bind=bind_job,
         codec=codec or StrCodec(),
         handler=handler or unused,
         options=options,

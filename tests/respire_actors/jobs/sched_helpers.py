@@ -10,9 +10,9 @@ from typing import Any
 import anyio
 from jobs_helpers import fast_options, text
 
+from respire_actors.actors.runtime import Handler
 from respire_actors.codecs import Codec, StrCodec
 from respire_actors.jobs import QueueOptions, Worker, WorkerOptions
-from respire_actors.jobs.runtime import Handler
 from respire_actors.keys import JobQueueKeys
 from respire_actors.redis.client import RedisClient
 

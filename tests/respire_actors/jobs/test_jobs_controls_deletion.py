@@ -10,9 +10,9 @@ import pytest
 from jobs_helpers import create_group, deliver, pending_count, wait_until
 from sched_helpers import sched_options, scheduling_worker, xlen
 
+from respire_actors.actors.messages import Completion
 from respire_actors.errors import ConfigurationError, PermissionDenied, ServerError
 from respire_actors.jobs import Job, JobEnqueueOptions, JobQueue
-from respire_actors.jobs.runtime import Completion
 from respire_actors.jobs.worker import _deletion_mode
 from respire_actors.redis.client import RedisClient, ServerInfo
 

@@ -20,10 +20,10 @@ from jobs_helpers import (
 )
 from sched_helpers import sched_options, scheduling_worker
 
-from respire_actors.actors.source import JobSource
 from respire_actors.errors import ConfigurationError, ValidationError
 from respire_actors.jobs import Job, JobQueue, QueueState, RateLimit
 from respire_actors.jobs.options import CONSUMER_GROUP
+from respire_actors.jobs.source import JobSource
 from respire_actors.redis.client import RedisClient
 
 pytestmark = pytest.mark.anyio

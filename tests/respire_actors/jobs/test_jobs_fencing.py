@@ -28,9 +28,10 @@ from jobs_helpers import (
 )
 
 from respire_actors.actors.completer import commit
+from respire_actors.actors.messages import Completion
+from respire_actors.actors.runtime import QueueRuntime
 from respire_actors.jobs import ACK, DeadLetter, Delivery, Job, JobQueue, Outcome
 from respire_actors.jobs.options import CONSUMER_GROUP
-from respire_actors.jobs.runtime import Completion, QueueRuntime
 from respire_actors.redis.client import RedisClient
 
 pytestmark = pytest.mark.anyio

@@ -19,9 +19,9 @@ from jobs_helpers import (
     wait_until_async,
 )
 
+from respire_actors.actors.runtime import QueueRuntime
 from respire_actors.errors import ValidationError
 from respire_actors.jobs import ACK, Job, JobQueue, LogPolicy, Outcome
-from respire_actors.jobs.runtime import QueueRuntime
 from respire_actors.redis.client import RedisClient
 
 pytestmark = pytest.mark.anyio

@@ -21,10 +21,10 @@ from jobs_helpers import (
 )
 from sched_helpers import id_ms, sched_options, scheduling_worker, staged, xlen
 
+from respire_actors.actors.messages import Completion
 from respire_actors.actors.runner import retry_decision
 from respire_actors.errors import ValidationError
 from respire_actors.jobs import NACK, Delivery, Job, JobQueue, QueueOptions, RetryAfter
-from respire_actors.jobs.runtime import Completion
 from respire_actors.redis.client import RedisClient
 
 pytestmark = pytest.mark.anyio
@@ -103,7 +103,7 @@ def client_free_runtime(client: RedisClient, unique_name: str) -> Any:
 
 
 def test_retry_after_validates_its_delay() -> None:
-    from respire_actors.jobs.runtime import Job as RuntimeJob
+    from respire_actors.jobs.job import Job as RuntimeJob
 
     job = RuntimeJob.__new__(RuntimeJob)
     assert job.retry_after(0) == RetryAfter(0)

@@ -11,10 +11,10 @@ from jobs_helpers import all_events, pending_count, text, wait_until, wait_until
 from sched_helpers import id_ms, ready_job_ids, sched_options, scheduling_worker, staged, xlen
 
 from respire_actors.actors.promoter import next_wait_ms
-from respire_actors.actors.source import JobSource
 from respire_actors.errors import ValidationError, WrongKeyType
 from respire_actors.jobs import ACK, Job, JobEnqueueOptions, JobQueue
 from respire_actors.jobs.options import CONSUMER_GROUP
+from respire_actors.jobs.source import JobSource
 from respire_actors.redis.client import RedisClient
 
 pytestmark = pytest.mark.anyio

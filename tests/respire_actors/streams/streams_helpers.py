@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 from helpers.waiting import text, wait_until, wait_until_async  # noqa: F401 - re-exported
 
-from respire_actors.jobs.runtime import QueueRuntime, WorkerStatistics
+from respire_actors.actors.runtime import QueueRuntime, WorkerStatistics
 from respire_actors.redis.client import RedisClient
 from respire_actors.streams import StreamHandler, StreamWorker, StreamWorkerOptions
 

@@ -19,9 +19,9 @@ from streams_helpers import (
 )
 
 from respire_actors.actors.completer import commit
+from respire_actors.actors.messages import Completion
 from respire_actors.errors import ConfigurationError, ValidationError
 from respire_actors.jobs.model import ACK, DeadLetter, Delivery
-from respire_actors.jobs.runtime import Completion
 from respire_actors.redis.client import RedisClient
 from respire_actors.streams import (
     StreamEntry,

@@ -1,126 +1,28 @@
-"""State shared by the actors of one worker registration, and the Job handed to handlers."""
+"""The :class:`Job` a job handler receives, and how a delivery becomes one."""
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import anyio
 
-from supervisors import Mailbox
-
-from ..actors.admission import Admission
-from ..actors.source import Source
-from ..codecs import Codec
+from ..actors.messages import Delivery, RetryAfter
+from ..actors.options import duration_ms
+from ..actors.runtime import QueueRuntime
 from ..errors import ValidationError
-from ..keys import JobQueueKeys
-from ..redis.client import RedisClient
 from ..redis.scripts import load
-from .model import Delivery, Outcome, RetryAfter
-from .options import CONSUMER_GROUP, QueueOptions, WorkerOptions, duration_ms
 
 T = TypeVar("T")
-
-log = logging.getLogger("respire_actors.worker")
 
 _PROGRESS = load("job_progress")
 _LOG = load("job_log")
 
-Handler = Callable[["Job[Any]"], Awaitable[Outcome | None]]
 
-
-@dataclass(slots=True)
-class WorkerStatistics:
-    """Counters of one worker registration (this process only)."""
-
-    admitted: int = 0
-    recovered: int = 0
-    replayed: int = 0
-    started: int = 0
-    acked: int = 0
-    dead_lettered: int = 0
-    nacked: int = 0
-    failed: int = 0
-    decode_failures: int = 0
-    stale_completions: int = 0
-    leases_lost: int = 0
-    cleared_deleted_refs: int = 0
-    dead_lettered_by_recovery: int = 0
-    completion_batches: int = 0
-    read_calls: int = 0
-    paused_reads: int = 0
-    rate_limited_reads: int = 0
-    denied_claims: int = 0
-    expired: int = 0
-    retried: int = 0
-    promoted: int = 0
-    promotion_passes: int = 0
-    expired_staged: int = 0
-    missing_staged: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Completion:
-    """An outcome on its way to the completer."""
-
-    delivery: Delivery
-    kind: str  # 'ack' | 'dead' | 'expired' | 'retry'
-    reason: str = ""
-    delay_ms: int = 0  # 'retry': stage the new entry due this long after the transition
-
-
-@dataclass(slots=True)
-class QueueRuntime:
-    """Everything the actors of one registration share."""
-
-    client: RedisClient
-    keys: JobQueueKeys | None
-    codec: Codec[Any]
-    handler: Handler
-    options: WorkerOptions
-    consumer: str
-    admission: Admission
-    deliveries: Mailbox[Delivery]
-    completions: Mailbox[Completion]
-    source: Source
-    group: str = CONSUMER_GROUP
-    # Builds the handler argument of one delivery; None means a Job with the decoded payload
-    # (respire_actors.actors.runner.bind_job). Stream workers hand over the raw entry.
-    bind: Callable[[QueueRuntime, Delivery], Any] | None = None
-    stats: WorkerStatistics = field(default_factory=WorkerStatistics)
-    # Scheduling, TTL checks and durable retries; None keeps immediate-only processing.
-    queue_options: QueueOptions | None = None
-    stopping: anyio.Event = field(default_factory=anyio.Event)
-    # Set once the sweeper's startup replay is over (or skipped); the reader admits nothing
-    # before, so replay can never re-claim an entry the reader has just delivered.
-    replay_done: anyio.Event = field(default_factory=anyio.Event)
-
-    @property
-    def job_keys(self) -> JobQueueKeys:
-        """The job queue's keys (job workers only)."""
-        if self.keys is None:
-            raise RuntimeError("this runtime does not belong to a job queue")
-        return self.keys
-
-    @property
-    def visibility_ms(self) -> int:
-        return duration_ms(self.options.visibility_timeout, what="visibility_timeout")
-
-    @property
-    def delivery_limit(self) -> int:
-        return self.options.delivery_limit or 0
-
-    @property
-    def name(self) -> str:
-        """The queue (or stream) name, for logs."""
-        return self.source.name
-
-    async def ensure_group(self) -> None:
-        """Create the consumer group if missing (BUSYGROUP is success)."""
-        await self.source.ensure_group()
+def bind_job(rt: QueueRuntime, delivery: Delivery) -> Job[object]:
+    """The job worker's handler argument: the decoded payload wrapped in a :class:`Job`.
+    Raises :class:`~respire_actors.codecs.DecodeError` for a payload the codec cannot read."""
+    return Job(rt, delivery, rt.codec.decode(delivery.payload))
 
 
 class Job(Generic[T]):
@@ -243,3 +145,6 @@ class Job(Generic[T]):
 
     def __repr__(self) -> str:
         return f"Job(id={self.id!r}, entry_id={self.entry_id!r}, attempt={self.attempt})"
+
+
+__all__ = ["Job", "bind_job"]

@@ -1,0 +1,238 @@
+"""Validated settings of the consumer runtime (job and stream workers), durable retries and
+scheduling. Every check runs before Redis is contacted."""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from ..errors import ValidationError
+from ..keys import validate_name
+
+MAX_MS = 2**31 - 1
+CONSUMER_GROUP = "respire"
+
+
+def duration_ms(value: timedelta | float | int, *, what: str, allow_zero: bool = False) -> int:
+    """Convert a ``timedelta`` (or seconds) to whole milliseconds, rounding fractions up.
+
+    Raises :class:`ValidationError` unless the result is positive (or zero when allowed) and at
+    most 2**31-1 ms.
+    """
+    if isinstance(value, bool) or not isinstance(value, timedelta | int | float):
+        raise ValidationError(f"{what} must be a timedelta or a number of seconds")
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if math.isnan(seconds) or math.isinf(seconds):
+        raise ValidationError(f"{what} must be finite")
+    ms = math.ceil(round(seconds * 1000, 6))
+    if ms < 0 or (ms == 0 and not allow_zero):
+        raise ValidationError(f"{what} must be {'zero or ' if allow_zero else ''}positive")
+    if ms > MAX_MS:
+        raise ValidationError(f"{what} must be at most {MAX_MS} ms (about 24.8 days)")
+    return ms
+
+
+def default_consumer_name() -> str:
+    """Unique per process: host, pid and a random suffix."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@dataclass(frozen=True, slots=True)
+class LogPolicy:
+    """Per-job log limits: lines kept (1-1000), bytes per line (1-16384), retention."""
+
+    max_lines: int = 100
+    max_line_bytes: int = 4096
+    retention: timedelta = timedelta(days=1)
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.max_lines, bool)
+            or not isinstance(self.max_lines, int)
+            or not 1 <= self.max_lines <= 1000
+        ):
+            raise ValidationError("max_lines must be an integer from 1 to 1000")
+        if (
+            isinstance(self.max_line_bytes, bool)
+            or not isinstance(self.max_line_bytes, int)
+            or not 1 <= self.max_line_bytes <= 16384
+        ):
+            raise ValidationError("max_line_bytes must be an integer from 1 to 16384")
+        duration_ms(self.retention, what="log retention")
+
+    @property
+    def retention_ms(self) -> int:
+        return duration_ms(self.retention, what="log retention")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerOptions:
+    """How one worker registration consumes a queue.
+
+    consumer_count:      handlers running at once for this registration (admission permits)
+    visibility_timeout:  a delivery idle this long may be recovered by another consumer; it is
+                         also the handler's lease: the handler is cancelled when it runs out
+    recovery_interval:   pause between recovery passes
+    recovery_page_size:  entries per recovery page (each page re-checks admission)
+    delivery_limit:      attempts before dead-lettering (None = unlimited)
+    dead_letter_stream:  suffix of a dead-letter stream inside the queue's slot (default "dead")
+    telemetry_name:      bounded name for metrics and logs, unique per worker
+    consumer_name:       Redis consumer name; default unique per process
+    read_batch:          most entries admitted by one read (bounded by free permits)
+    poll_interval:       longest blocking wait; paused readers re-check this often
+    shutdown_grace:      how long running handlers may finish at shutdown before cancellation
+    logs:                per-job log limits
+    """
+
+    consumer_count: int = 16
+    visibility_timeout: timedelta = timedelta(minutes=2)
+    recovery_interval: timedelta = timedelta(seconds=5)
+    recovery_page_size: int = 64
+    delivery_limit: int | None = 5
+    dead_letter_stream: str | None = None
+    telemetry_name: str | None = None
+    consumer_name: str | None = None
+    read_batch: int = 64
+    poll_interval: timedelta = timedelta(seconds=1)
+    shutdown_grace: timedelta = timedelta(seconds=10)
+    logs: LogPolicy = field(default_factory=LogPolicy)
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.consumer_count, bool)
+            or not isinstance(self.consumer_count, int)
+            or not 1 <= self.consumer_count <= 10_000
+        ):
+            raise ValidationError("consumer_count must be an integer from 1 to 10000")
+        duration_ms(self.visibility_timeout, what="visibility_timeout")
+        duration_ms(self.recovery_interval, what="recovery_interval")
+        duration_ms(self.poll_interval, what="poll_interval")
+        duration_ms(self.shutdown_grace, what="shutdown_grace", allow_zero=True)
+        if (
+            isinstance(self.recovery_page_size, bool)
+            or not isinstance(self.recovery_page_size, int)
+            or not 1 <= self.recovery_page_size <= 1000
+        ):
+            raise ValidationError("recovery_page_size must be from 1 to 1000")
+        if (
+            isinstance(self.read_batch, bool)
+            or not isinstance(self.read_batch, int)
+            or not 1 <= self.read_batch <= 1000
+        ):
+            raise ValidationError("read_batch must be from 1 to 1000")
+        if self.delivery_limit is not None and (
+            isinstance(self.delivery_limit, bool)
+            or not isinstance(self.delivery_limit, int)
+            or self.delivery_limit < 1
+        ):
+            raise ValidationError("delivery_limit must be a positive integer or None (unlimited)")
+        if self.dead_letter_stream is not None:
+            validate_name(self.dead_letter_stream, what="dead_letter_stream suffix")
+            if self.dead_letter_stream in {"ready", "events", "control", "scheduled", "due"}:
+                raise ValidationError(
+                    f"dead_letter_stream {self.dead_letter_stream!r} would reuse a queue key"
+                )
+        if self.consumer_name is not None:
+            validate_name(self.consumer_name, what="consumer_name")
+        if self.telemetry_name is not None:
+            validate_name(self.telemetry_name, what="telemetry_name")
+
+
+MAX_SCHEDULING_BATCH = 256
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """A queue-wide fixed-window rate limit: at most ``permit_limit`` deliveries per ``window``,
+    shared by every worker (windows are aligned to the server clock)."""
+
+    permit_limit: int
+    window: timedelta | float
+
+    def __post_init__(self) -> None:
+        if (
+            isinstance(self.permit_limit, bool)
+            or not isinstance(self.permit_limit, int)
+            or not 1 <= self.permit_limit <= MAX_MS
+        ):
+            raise ValidationError("permit_limit must be an integer from 1 to 2**31-1")
+        duration_ms(self.window, what="rate-limit window")
+
+    @property
+    def window_ms(self) -> int:
+        return duration_ms(self.window, what="rate-limit window")
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOptions:
+    """Scheduling, TTL checks and durable retries for one worker registration.
+
+    Passing ``QueueOptions`` (even all defaults) enables them; ``None`` keeps immediate-only
+    processing, which needs no access to the scheduling keys.
+
+    scheduling_poll_interval:    longest pause between promotion passes; blocked readers also
+                                 wake at least this often (default 1 s)
+    scheduling_batch_size:       most due jobs one promotion pass moves (1-256, default 64)
+    retry_backoff:               base of the exponential retry backoff; None (default) keeps
+                                 visibility-timeout recovery for nacks without ``retry_after``
+    max_retry_backoff:           cap of the backoff (default: uncapped up to 2**31-1 ms)
+    rate_limit:                  queue-wide policy to enforce; stored when Redis has none, and
+                                 the worker refuses to start if Redis holds a different one
+    delete_acknowledged_entries: delete ready entries once acknowledged (XACKDEL ACKED on Redis
+                                 8.2+, XACK then XDEL elsewhere)
+    """
+
+    scheduling_poll_interval: timedelta | float = timedelta(seconds=1)
+    scheduling_batch_size: int = 64
+    retry_backoff: timedelta | float | None = None
+    max_retry_backoff: timedelta | float | None = None
+    rate_limit: RateLimit | None = None
+    delete_acknowledged_entries: bool = False
+
+    def __post_init__(self) -> None:
+        duration_ms(self.scheduling_poll_interval, what="scheduling_poll_interval")
+        if (
+            isinstance(self.scheduling_batch_size, bool)
+            or not isinstance(self.scheduling_batch_size, int)
+            or not 1 <= self.scheduling_batch_size <= MAX_SCHEDULING_BATCH
+        ):
+            raise ValidationError(
+                f"scheduling_batch_size must be an integer from 1 to {MAX_SCHEDULING_BATCH}"
+            )
+        if self.retry_backoff is not None:
+            duration_ms(self.retry_backoff, what="retry_backoff")
+        if self.max_retry_backoff is not None:
+            if self.retry_backoff is None:
+                raise ValidationError("max_retry_backoff needs retry_backoff")
+            cap = duration_ms(self.max_retry_backoff, what="max_retry_backoff")
+            if cap < duration_ms(self.retry_backoff, what="retry_backoff"):
+                raise ValidationError("max_retry_backoff must be at least retry_backoff")
+        if self.rate_limit is not None and not isinstance(self.rate_limit, RateLimit):
+            raise ValidationError("rate_limit must be a RateLimit or None")
+        if not isinstance(self.delete_acknowledged_entries, bool):
+            raise ValidationError("delete_acknowledged_entries must be a bool")
+
+    @property
+    def poll_ms(self) -> int:
+        return duration_ms(self.scheduling_poll_interval, what="scheduling_poll_interval")
+
+    def retry_delay_ms(self, total_attempt: int) -> int | None:
+        """The backoff after total attempt ``total_attempt`` (from 1):
+        ``min(max, base * 2**(n-1))``; None when no backoff is configured."""
+        if self.retry_backoff is None:
+            return None
+        base = duration_ms(self.retry_backoff, what="retry_backoff")
+        cap = (
+            MAX_MS
+            if self.max_retry_backoff is None
+            else duration_ms(self.max_retry_backoff, what="max_retry_backoff")
+        )
+        exponent = max(0, total_attempt - 1)
+        if exponent >= 62:
+            return cap
+        delay: int = base * 2**exponent
+        return min(cap, delay)

@@ -1,0 +1,110 @@
+"""State shared by the actors of one consumer registration (job or stream worker)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from supervisors import Mailbox
+
+from ..codecs import Codec
+from ..keys import JobQueueKeys
+from ..redis.client import RedisClient
+from .admission import Admission
+from .messages import Completion, Delivery
+from .options import CONSUMER_GROUP, QueueOptions, WorkerOptions, duration_ms
+from .source import Source
+
+log = logging.getLogger("respire_actors.worker")
+
+Handler = Callable[[Any], Awaitable[Any]]
+"""A handler: an async function of the bound delivery (a ``Job``, a ``StreamEntry``...)."""
+
+
+@dataclass(slots=True)
+class WorkerStatistics:
+    """Counters of one worker registration (this process only)."""
+
+    admitted: int = 0
+    recovered: int = 0
+    replayed: int = 0
+    started: int = 0
+    acked: int = 0
+    dead_lettered: int = 0
+    nacked: int = 0
+    failed: int = 0
+    decode_failures: int = 0
+    stale_completions: int = 0
+    leases_lost: int = 0
+    cleared_deleted_refs: int = 0
+    dead_lettered_by_recovery: int = 0
+    completion_batches: int = 0
+    read_calls: int = 0
+    paused_reads: int = 0
+    rate_limited_reads: int = 0
+    denied_claims: int = 0
+    expired: int = 0
+    retried: int = 0
+    promoted: int = 0
+    promotion_passes: int = 0
+    expired_staged: int = 0
+    missing_staged: int = 0
+
+
+@dataclass(slots=True)
+class QueueRuntime:
+    """Everything the actors of one registration share."""
+
+    client: RedisClient
+    keys: JobQueueKeys | None
+    codec: Codec[Any]
+    handler: Handler
+    options: WorkerOptions
+    consumer: str
+    admission: Admission
+    deliveries: Mailbox[Delivery]
+    completions: Mailbox[Completion]
+    source: Source
+    # Builds the handler argument of one delivery (a Job with the decoded payload for job
+    # workers, the raw entry for stream workers). It must have ``cancel_scope`` and
+    # ``lease_lost`` attributes; raising DecodeError dead-letters the delivery.
+    bind: Callable[[QueueRuntime, Delivery], Any]
+    group: str = CONSUMER_GROUP
+    stats: WorkerStatistics = field(default_factory=WorkerStatistics)
+    # Scheduling, TTL checks and durable retries; None keeps immediate-only processing.
+    queue_options: QueueOptions | None = None
+    stopping: anyio.Event = field(default_factory=anyio.Event)
+    # Set once the sweeper's startup replay is over (or skipped); the reader admits nothing
+    # before, so replay can never re-claim an entry the reader has just delivered.
+    replay_done: anyio.Event = field(default_factory=anyio.Event)
+
+    @property
+    def job_keys(self) -> JobQueueKeys:
+        """The job queue's keys (job workers only)."""
+        if self.keys is None:
+            raise RuntimeError("this runtime does not belong to a job queue")
+        return self.keys
+
+    @property
+    def visibility_ms(self) -> int:
+        return duration_ms(self.options.visibility_timeout, what="visibility_timeout")
+
+    @property
+    def delivery_limit(self) -> int:
+        return self.options.delivery_limit or 0
+
+    @property
+    def name(self) -> str:
+        """The queue (or stream) name, for logs."""
+        return self.source.name
+
+    async def ensure_group(self) -> None:
+        """Create the consumer group if missing (BUSYGROUP is success)."""
+        await self.source.ensure_group()
+
+
+__all__ = ["Completion", "Handler", "QueueRuntime", "WorkerStatistics", "log"]
