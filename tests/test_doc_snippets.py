@@ -110,6 +110,21 @@ def test_every_runnable_snippet_compiles() -> None:
         snippet.compile()
 
 
+def test_runnable_snippets_are_ruff_clean(tmp_path: Path) -> None:
+    """Snippets are code people copy: held to the project's lint and format rules."""
+    for snippet in RUNNABLE:
+        (tmp_path / f"{module_name(snippet)}.py").write_text(snippet.code, encoding="utf-8")
+    config = str(ROOT / "pyproject.toml")
+    for args in (["check", "--no-cache"], ["format", "--no-cache", "--check", "--diff"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "ruff", *args, "--config", config, str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_snippets_are_found() -> None:
     assert any(s.path == "README.md" for s in RUNNABLE)
     for doc in ("job-queue", "stream-workers", "reliable-queue", "topics", "scheduling"):
