@@ -54,6 +54,8 @@ server's own flags - port, bind address, directory, persistence - take precedenc
 
 log = logging.getLogger("respire_actors.embedded")
 
+_USE_DEATH_SIGNAL = sys.platform.startswith("linux")
+
 # Run between fork and exec of valkey-server on Linux: ask the kernel to send SIGTERM when the
 # parent dies (valkey treats SIGTERM as SHUTDOWN, which flushes the AOF), then make sure the
 # parent did not die before that request was in place. The death signal is tied to the *thread*
@@ -147,13 +149,18 @@ def _write_record(data_dir: Path, record: ServerRecord) -> None:
 
 
 def _pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, dead but not yet reaped, counts as gone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc (macOS): kill(0) is all we know
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def _command(binary: Path, config: EmbeddedConfig, port: int, data_dir: Path) -> list[str]:
@@ -184,7 +191,7 @@ def _spawn(cmd: list[str], lock_fd: int) -> subprocess.Popen[bytes]:
     Forks in the calling thread (the event loop's) rather than in a worker thread, because
     the Linux death signal fires when the forking *thread* ends.
     """
-    if sys.platform.startswith("linux"):
+    if _USE_DEATH_SIGNAL:
         cmd = [
             sys.executable, "-I", "-S", "-c", _DEATH_SIGNAL_SHIM,
             str(int(signal.SIGTERM)), str(os.getpid()), *cmd,
@@ -234,13 +241,13 @@ def _in_use(data_dir: Path, owner: int | None) -> EmbeddedServerError:
 def _looks_like_our_server(record: ServerRecord, data_dir: Path) -> bool:
     """True when ``record.server_pid`` is a valkey-server for ``data_dir`` (so signalling it
     cannot hit an unrelated process that reused the pid)."""
-    try:
-        cmdline = Path(f"/proc/{record.server_pid}/cmdline").read_bytes().split(b"\0")
+    proc = Path(f"/proc/{record.server_pid}")
+    try:  # Linux: valkey rewrites its command line, but it runs in its --dir
+        cmdline = (proc / "cmdline").read_bytes()
+        cwd = os.readlink(proc / "cwd")
     except OSError:
-        cmdline = []
-    if cmdline:
-        return any(b"valkey-server" in arg for arg in cmdline) and os.fsencode(data_dir) in cmdline
-    return _answers_as_sync(record.port, record.server_pid)
+        return _answers_as_sync(record.port, record.server_pid)
+    return b"valkey-server" in cmdline and Path(cwd) == data_dir
 
 
 def _answers_as_sync(port: int, pid: int) -> bool:
@@ -389,6 +396,7 @@ async def _wait_ready(
     """Probe until the server is ready, exits, or makes no progress for ``ready_timeout``."""
     deadline = anyio.current_time() + config.ready_timeout
     progress = -1
+    next_report = 0.0
     probe = _Probe()
     while process.poll() is None:
         probe = await _probe(port, process.pid)
@@ -399,6 +407,12 @@ async def _wait_ready(
             if progress >= 0:  # moved since the last look: allow another full timeout
                 deadline = max(deadline, now + config.ready_timeout)
             progress = probe.loaded_bytes
+            if now >= next_report:
+                log.info(
+                    "valkey-server is loading its data set (%.1f MB so far); waiting for it",
+                    progress / 1e6,
+                )
+                next_report = now + 10
         if now >= deadline:
             break
         await anyio.sleep(0.05)
