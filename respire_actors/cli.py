@@ -38,7 +38,7 @@ from . import __version__
 from .embedded import DATA_DIR_ENV, EmbeddedConfig, run_embedded_server, running_server_url
 from .errors import ConfigurationError, RedisUnavailable, RespireError, ServerError
 from .redis.client import DEFAULT_URL_ENV, ConnectionSettings, RedisClient, connect
-from .startup import wait_until_loaded
+from .startup import connect_when_loaded
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_STARTUP = 0, 1, 2, 3
 LOG_LEVEL_ENV = "RESPIRE_LOG_LEVEL"
@@ -140,8 +140,7 @@ async def serve(
             tg.cancel_scope.cancel()  # SIGTERM to the server: it flushes its AOF and exits
 
     async def host(*, task_status: anyio.abc.TaskStatus[None]) -> None:
-        async with connect(url_holder["url"]) as client:
-            await wait_until_loaded(client)
+        async with connect_when_loaded(url_holder["url"]) as client:
             info = await client.server_info()
             where = client.settings.describe()
             if config.redis_url is None:

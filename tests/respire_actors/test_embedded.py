@@ -15,6 +15,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 import pytest
+from helpers.loading import fill
 from helpers.resp import SyncRedis, info_fields
 from helpers.servers import ValkeyProcess
 from helpers.waiting import wait_until
@@ -159,17 +160,6 @@ def test_binary_is_shipped() -> None:
 
 # ------------------------------------------------------------------------------------------
 # readiness while the data set loads (issue 8, item 1)
-
-
-def fill(port: int, count: int) -> None:
-    """``count`` SETs in one pipelined write (each becomes one AOF command to replay)."""
-    with SyncRedis("127.0.0.1", port, timeout=30) as conn:
-        for start in range(0, count, 1000):
-            batch = range(start, min(count, start + 1000))
-            for n in batch:
-                conn.send("SET", f"key:{n}", "x")
-            for _ in batch:
-                conn.read_reply()
 
 
 def load_seconds(data_dir: Path) -> float:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers.cli import run_cli, serving
+from helpers.loading import is_loading, loading_server
 
 from respire_actors import embedded
 
@@ -102,3 +103,22 @@ def test_twenty_thousand_jobs_then_a_restart_that_loads_slowly(tmp_path: Path) -
     assert "Traceback" not in again.stderr
     # nothing lost, nothing run twice
     assert "done: 21000 distinct, 21000 runs, 0 pending" in again.stdout, again.stdout
+
+
+def test_serve_waits_for_an_external_server_that_is_loading(tmp_path: Path) -> None:
+    server = loading_server(tmp_path / "external", delay_us=150)
+    try:
+        assert is_loading(server)
+        result = run_cli(
+            "serve",
+            APP,
+            "--redis-url",
+            server.url,
+            env={"COUNT_JOBS": "20", "COUNT_BATCH": "external"},
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr
+        assert "loading its data set" in result.stderr
+        assert "done: 20 distinct, 20 runs, 0 pending" in result.stdout, result.stdout
+    finally:
+        server.stop()
