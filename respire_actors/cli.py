@@ -447,7 +447,9 @@ def _parser() -> argparse.ArgumentParser:
         "--version", action="version", version=f"respire_actors {__version__}",
         help="print the version and exit",
     )  # fmt: skip
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", help="one of these (COMMAND --help for its options):"
+    )
     backend = {
         "choices": ("trio", "asyncio"),
         "default": "trio",
@@ -581,13 +583,18 @@ def explain(exc: BaseException, url: str | None) -> str:
                 f"(redis://[USER]:PASSWORD@host:port) given with {where_set}"
             )
         return f"{where} refused the user name or password: check them in {where_set}"
-    if "protocol error" in lowered or "protocol" in names or "invalidresponse" in names:
+    if (
+        "protocol error" in lowered
+        or "protocol" in names
+        or "invalidresponse" in names
+        or "connection lost while receiving" in lowered  # closed on us instead of replying
+    ):
         return (
             f"{where} did not answer like a Redis server ({text}): check the host and port "
             f"in {where_set}"
         )
     if isinstance(exc, RespireError):
-        if isinstance(exc, RedisUnavailable) and where_set not in text:
+        if isinstance(exc, RedisUnavailable) and "URL" not in text:
             return f"{text} (the server is set with {where_set})"
         return text
     return f"{type(exc).__name__}: {text}"
