@@ -201,6 +201,15 @@ def _is_worker(app: object) -> bool:
     )
 
 
+def _registration_name(reg: object) -> tuple[str, str]:
+    """("queue", name) for a job registration, ("stream", name) for a stream one."""
+    for kind in ("queue", "stream"):
+        name = getattr(reg, kind, None)
+        if isinstance(name, str):
+            return kind, name
+    return "registration", repr(reg)
+
+
 def _handler_name(handler: object) -> str:
     module = getattr(handler, "__module__", None)
     name = getattr(handler, "__qualname__", None) or repr(handler)
@@ -213,7 +222,7 @@ def _log_banner(app: object, server: str, where: str) -> None:
         return
     registrations = getattr(app, "registrations", [])
     log.info(
-        "respire_actors %s: worker %r on %s at %s, %d queue(s)",
+        "respire_actors %s: worker %r on %s at %s, %d registration(s)",
         __version__,
         getattr(app, "name", "worker"),
         server,
@@ -229,8 +238,8 @@ def _log_banner(app: object, server: str, where: str) -> None:
         if limit is not None:
             extras.append(f"delivery limit {limit}")
         log.info(
-            "  queue %r -> %s, concurrency %s%s",
-            getattr(reg, "queue", "?"),
+            "  %s %r -> %s, concurrency %s%s",
+            *_registration_name(reg),
             _handler_name(getattr(reg, "handler", None)),
             getattr(options, "consumer_count", "?"),
             "".join(f", {e}" for e in extras),
@@ -244,7 +253,7 @@ def _totals(app: Any) -> dict[str, int]:
     totals = dict.fromkeys(_COUNTERS, 0)
     for reg in app.registrations:
         try:
-            stats = app.statistics(reg.queue)
+            stats = app.statistics(_registration_name(reg)[1])
         except KeyError:  # not built yet
             continue
         for name in _COUNTERS:
@@ -257,7 +266,7 @@ def _in_flight(app: Any) -> int | None:
     if not callable(probe):
         return None
     try:
-        return sum(int(probe(reg.queue)) for reg in app.registrations)
+        return sum(int(probe(_registration_name(reg)[1])) for reg in app.registrations)
     except KeyError:
         return None
 
