@@ -83,14 +83,8 @@ async def run_reader(
             with ctx.stop_scope():
                 try:
                     await blocking.execute(
-                        "XREAD",
-                        "COUNT",
-                        1,
-                        "BLOCK",
-                        poll_ms,
-                        "STREAMS",
-                        rt.source.stream_key,
-                        result.last_id,
+                        "XREAD", "COUNT", 1, "BLOCK", poll_ms,
+                        "STREAMS", rt.source.stream_key, result.last_id,
                     )
                 except RedisUnavailable:
                     await anyio.sleep(backoff)

@@ -126,7 +126,9 @@ class JobSource:
     per server at start-up.
     """
 
-    def __init__(self, client: RedisClient, keys: object, dead_key: str, group: str) -> None:
+    def __init__(
+        self, client: RedisClient, keys: object, dead_key: str, group: str
+    ) -> None:
         from ..keys import JobQueueKeys
 
         assert isinstance(keys, JobQueueKeys)

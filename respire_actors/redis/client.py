@@ -499,7 +499,9 @@ class RedisClient:
             try:
                 with anyio.fail_after(self.settings.command_timeout * 2):
                     async with raw.pipeline(transaction=transaction, raise_on_error=False) as p:
-                        requests = [_request(p, c, cluster=self.settings.cluster) for c in commands]
+                        requests = [
+                            _request(p, c, cluster=self.settings.cluster) for c in commands
+                        ]
                 for r in requests:
                     try:
                         results.append(await r)
@@ -702,7 +704,9 @@ class Transaction(AbstractAsyncContextManager["Transaction"]):
                 return await self._pipe._watched_connection.create_request(
                     _name(args[0]), *plain(args[1:])
                 )
-            return await self._pipe._immediate_execute_command(_request(raw, args, cluster=False))
+            return await self._pipe._immediate_execute_command(
+                _request(raw, args, cluster=False)
+            )
         except Exception as exc:
             raise map_error(exc) from exc
 
@@ -837,3 +841,4 @@ __all__ = [
     "map_error",
     "with_settings",
 ]
+
