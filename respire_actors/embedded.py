@@ -191,7 +191,7 @@ def _spawn(cmd: list[str], lock_fd: int) -> subprocess.Popen[bytes]:
     Forks in the calling thread (the event loop's) rather than in a worker thread, because
     the Linux death signal fires when the forking *thread* ends.
     """
-    if _USE_DEATH_SIGNAL:
+    if _USE_DEATH_SIGNAL and sys.executable:  # the launcher needs a Python to run it
         cmd = [
             sys.executable, "-I", "-S", "-c", _DEATH_SIGNAL_SHIM,
             str(int(signal.SIGTERM)), str(os.getpid()), *cmd,
@@ -415,7 +415,7 @@ async def _wait_ready(
                 next_report = now + 10
         if now >= deadline:
             break
-        await anyio.sleep(0.05)
+        await anyio.sleep(0.02)
     return probe
 
 
