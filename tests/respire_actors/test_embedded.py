@@ -306,14 +306,18 @@ async def test_an_orphaned_server_is_stopped_by_the_next_start(tmp_path: Path) -
         record = embedded.read_record(tmp_path)
         assert record is not None
         owner.kill()
-    await anyio.sleep(0.5)
-    assert running(record.server_pid)  # orphaned, still serving
-    assert not lock_is_free(tmp_path)  # and still holding the directory
-    with anyio.fail_after(30):
-        async with open_embedded_server(EmbeddedConfig(data_dir=tmp_path)) as url2:
-            assert not running(record.server_pid)
-            async with connect(url2) as client:
-                assert await client.execute("GET", "survivor") == b"from the first server"
+    try:
+        await anyio.sleep(0.5)
+        assert running(record.server_pid)  # orphaned, still serving
+        assert not lock_is_free(tmp_path)  # and still holding the directory
+        with anyio.fail_after(30):
+            async with open_embedded_server(EmbeddedConfig(data_dir=tmp_path)) as url2:
+                assert not running(record.server_pid)
+                async with connect(url2) as client:
+                    assert await client.execute("GET", "survivor") == b"from the first server"
+    finally:
+        if running(record.server_pid):  # the test failed: leave no orphan behind
+            os.kill(record.server_pid, signal.SIGKILL)
 
 
 async def test_a_live_owner_keeps_its_directory(tmp_path: Path) -> None:
