@@ -4,6 +4,7 @@ that has to load a large AOF waits for it instead of failing (issue 8, items 1 a
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
@@ -60,7 +61,11 @@ def test_a_second_serve_after_serve_dies(
 
         first.signal(signum)
         assert first.wait() == exit_code, first.stderr()
-        wait_gone(record.server_pid)  # the server went with its parent
+        try:
+            wait_gone(record.server_pid)  # the server went with its parent
+        finally:
+            if embedded._pid_alive(record.server_pid):  # failed: leave no orphan behind
+                os.kill(record.server_pid, signal.SIGKILL)
 
     again = run_cli(
         "serve", APP, "--data-dir", str(data), env={"COUNT_JOBS": "50", "COUNT_BATCH": "again"}
