@@ -4,6 +4,8 @@ A server that has just restarted answers some commands (``INFO``, ``COMMAND``) w
 still loading its data set, and refuses the rest with ``LOADING``. Nothing runs during that
 time, so a start-up step that is refused this way is safe to repeat: :func:`wait_until_loaded`
 waits for the data set, and :func:`retry_while_loading` repeats one start-up step.
+:func:`connect_when_loaded` is :func:`~respire_actors.redis.client.connect` plus that wait; it
+also retries a connection whose handshake the loading server refused (``serve`` uses it).
 """
 
 from __future__ import annotations
