@@ -1,28 +1,22 @@
 """``python -m respire_actors``: serve an app, or inspect a server.
 
-::
-
-    python -m respire_actors serve examples.email_app:app [--backend trio|asyncio]
-                                   [--redis-url URL] [--data-dir DIR]
-    python -m respire_actors ping  [--redis-url URL]       (alias: info)
-    python -m respire_actors --version
-
-Without ``--redis-url`` or ``$RESPIRE_REDIS_URL``, ``serve`` starts the embedded valkey-server
-(data under ``--data-dir``, default ``./.respire/valkey``). The first SIGINT/SIGTERM stops
-gracefully (intake stops, handlers finish within their grace, unfinished work stays pending);
-a second one cancels at once.
-
-Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 start-up failure.
+``main(argv)`` is a thin shell over :func:`serve`, which runs the app (and the embedded server
+when no URL is set) as one supervision tree and can itself be started in a task group.
+The command line is documented in ``docs/cli.md`` and by ``--help``.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib
+import inspect
 import logging
 import os
 import signal
 import sys
+import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,14 +24,26 @@ from typing import Any, Protocol
 import anyio
 import anyio.abc
 
-from supervisors import ChildSpec, Restart, Strategy, Supervisor, current_child, render_snapshot
+from supervisors import (
+    ChildSpec,
+    Restart,
+    Strategy,
+    Supervisor,
+    SupervisorError,
+    current_child,
+    render_snapshot,
+)
 
 from . import __version__
-from .embedded import EmbeddedConfig, run_embedded_server
-from .errors import ConfigurationError, RespireError
-from .redis.client import DEFAULT_URL_ENV, RedisClient, connect
+from .embedded import DATA_DIR_ENV, EmbeddedConfig, run_embedded_server, running_server_url
+from .errors import ConfigurationError, RedisUnavailable, RespireError, ServerError
+from .redis.client import DEFAULT_URL_ENV, ConnectionSettings, RedisClient, connect
+from .startup import connect_when_loaded
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_STARTUP = 0, 1, 2, 3
+LOG_LEVEL_ENV = "RESPIRE_LOG_LEVEL"
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+DEFAULT_STATS_INTERVAL = 10.0
 
 log = logging.getLogger("respire_actors.cli")
 
@@ -56,7 +62,10 @@ class StartupError(RespireError):
 
 
 def load_app(path: str) -> App:
-    """Import ``module:attribute`` (the attribute may be dotted, or a zero-argument factory)."""
+    """Import ``module:attribute`` (the attribute may be dotted, or a zero-argument factory).
+
+    Raises :class:`StartupError` saying what is wrong with the path or the object.
+    """
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         raise StartupError(f"app path {path!r} must look like 'package.module:app'")
@@ -65,25 +74,45 @@ def load_app(path: str) -> App:
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise StartupError(f"cannot import module {module_name!r}: {exc}") from exc
+        raise StartupError(
+            f"cannot import module {module_name!r}: {exc} (run from the project's directory, "
+            "or put it on PYTHONPATH)"
+        ) from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
             raise StartupError(f"module {module_name!r} has no attribute {attr!r}") from None
+    needs = "an object with an async run(client) method, or a factory that takes no arguments"
     if not hasattr(obj, "run") and callable(obj):
-        obj = obj()
+        try:
+            inspect.signature(obj).bind()
+        except TypeError:
+            raise StartupError(f"{path!r} is not an app: serve needs {needs}") from None
+        except ValueError:  # no signature to check (a builtin): just try it
+            pass
+        try:
+            obj = obj()
+        except Exception as exc:
+            raise StartupError(f"building the app with {path}() failed: {exc!r}") from exc
     if not callable(getattr(obj, "run", None)):
-        raise StartupError(f"{path!r} is not an app: it needs an async run(client) method")
+        raise StartupError(f"{path!r} is not an app: serve needs {needs}")
     return obj  # type: ignore[no-any-return]
 
 
 @dataclass(slots=True)
 class ServeConfig:
+    """What :func:`serve` runs.
+
+    ``redis_url`` None starts the embedded server in ``data_dir``. ``stats_interval`` is the
+    period of the throughput summary logged for worker apps (0 turns it off).
+    """
+
     app: App
     redis_url: str | None = None
     data_dir: Path | None = None
     shutdown_timeout: float = 60.0
+    stats_interval: float = DEFAULT_STATS_INTERVAL
 
 
 async def serve(
@@ -93,26 +122,35 @@ async def serve(
 ) -> None:
     """Run the app (and the embedded server when no URL is set) as one supervision tree.
 
-    Reports the root supervisor once everything has started. Returns when the app returns or
-    after a graceful stop of the supervisor.
+    Before the app starts, waits for the server to finish loading its data set (a server
+    that has just restarted refuses commands with ``LOADING`` until then). Reports the root
+    supervisor once everything has started. Returns when the app returns or after a graceful
+    stop of the supervisor. A failure before that raises (wrapped in the supervisor's
+    :class:`~supervisors.StartError`).
     """
     url_holder: dict[str, str] = {}
     finished = anyio.Event()
+    embedded_config = EmbeddedConfig(data_dir=config.data_dir)
 
     async def embedded(*, task_status: anyio.abc.TaskStatus[None]) -> None:
         async with anyio.create_task_group() as tg:
-            url_holder["url"] = await tg.start(
-                run_embedded_server, EmbeddedConfig(data_dir=config.data_dir)
-            )
+            url_holder["url"] = await tg.start(run_embedded_server, embedded_config)
             task_status.started()
             await current_child().wait_stop_requested()
             tg.cancel_scope.cancel()  # SIGTERM to the server: it flushes its AOF and exits
 
     async def host(*, task_status: anyio.abc.TaskStatus[None]) -> None:
-        async with connect(url_holder["url"]) as client:
+        async with connect_when_loaded(url_holder["url"]) as client:
             info = await client.server_info()
-            log.info("connected to %s at %s", info.describe(), client.settings.describe())
-            await config.app.run(client, task_status=task_status)
+            where = client.settings.describe()
+            if config.redis_url is None:
+                where += f" (embedded, data in {embedded_config.resolved_dir().resolve()})"
+            async with anyio.create_task_group() as tg:
+                await tg.start(_run_app, config.app, client, tg.cancel_scope)
+                _log_banner(config.app, info.describe(), where)
+                if config.stats_interval > 0 and _is_worker(config.app):
+                    tg.start_soon(_report_throughput, config.app, config.stats_interval)
+                task_status.started()
         finished.set()
 
     children = []
@@ -142,8 +180,168 @@ async def serve(
         task_status.started(root)
 
 
-async def _serve_with_signals(config: ServeConfig) -> int:
-    with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+async def _run_app(
+    app: App,
+    client: RedisClient,
+    done: anyio.CancelScope,
+    *,
+    task_status: anyio.abc.TaskStatus[None],
+) -> None:
+    await app.run(client, task_status=task_status)
+    done.cancel()  # the app returned: end the throughput reporter with it
+
+
+# ------------------------------------------------------------------------------------------
+# the banner and the throughput summary (worker apps: anything with registrations)
+
+
+def _is_worker(app: object) -> bool:
+    return isinstance(getattr(app, "registrations", None), list) and callable(
+        getattr(app, "statistics", None)
+    )
+
+
+def _registration_name(reg: object) -> tuple[str, str]:
+    """("queue", name) for a job registration, ("stream", name) for a stream one."""
+    for kind in ("queue", "stream"):
+        name = getattr(reg, kind, None)
+        if isinstance(name, str):
+            return kind, name
+    return "registration", repr(reg)
+
+
+def _handler_name(handler: object) -> str:
+    module = getattr(handler, "__module__", None)
+    name = getattr(handler, "__qualname__", None) or repr(handler)
+    return f"{module}.{name}" if module else str(name)
+
+
+def _log_banner(app: object, server: str, where: str) -> None:
+    if not _is_worker(app):
+        log.info("connected to %s at %s", server, where)
+        return
+    registrations = getattr(app, "registrations", [])
+    log.info(
+        "respire_actors %s: worker %r on %s at %s, %d registration(s)",
+        __version__,
+        getattr(app, "name", "worker"),
+        server,
+        where,
+        len(registrations),
+    )
+    for reg in registrations:
+        options = getattr(reg, "options", None)
+        extras = []
+        if getattr(reg, "queue_options", None) is not None:
+            extras.append("scheduling and retries on")
+        limit = getattr(options, "delivery_limit", None)
+        if limit is not None:
+            extras.append(f"delivery limit {limit}")
+        log.info(
+            "  %s %r -> %s, concurrency %s%s",
+            *_registration_name(reg),
+            _handler_name(getattr(reg, "handler", None)),
+            getattr(options, "consumer_count", "?"),
+            "".join(f", {e}" for e in extras),
+        )
+
+
+_COUNTERS = ("acked", "retried", "dead_lettered", "failed")
+
+
+def _totals(app: Any) -> dict[str, int]:
+    totals = dict.fromkeys(_COUNTERS, 0)
+    for reg in app.registrations:
+        try:
+            stats = app.statistics(_registration_name(reg)[1])
+        except KeyError:  # not built yet
+            continue
+        for name in _COUNTERS:
+            totals[name] += int(getattr(stats, name, 0))
+    return totals
+
+
+def _in_flight(app: Any) -> int | None:
+    probe = getattr(app, "in_flight", None)
+    if not callable(probe):
+        return None
+    try:
+        return sum(int(probe(_registration_name(reg)[1])) for reg in app.registrations)
+    except KeyError:
+        return None
+
+
+def throughput_line(
+    before: dict[str, int], after: dict[str, int], seconds: float, in_flight: int | None
+) -> str:
+    """The periodic summary: what finished in the last ``seconds``, and what runs now."""
+    delta = {name: after[name] - before[name] for name in _COUNTERS}
+    processed = delta["acked"] + delta["retried"] + delta["dead_lettered"]
+    rate = processed / seconds if seconds > 0 else 0.0
+    line = (
+        f"throughput: {rate:.1f} jobs/s ({processed} in {seconds:.0f} s): "
+        f"acked {delta['acked']}, retried {delta['retried']}, "
+        f"dead-lettered {delta['dead_lettered']}, failed {delta['failed']}"
+    )
+    if in_flight is not None:
+        line += f", in flight {in_flight}"
+    return line
+
+
+async def _report_throughput(app: Any, interval: float) -> None:
+    before = _totals(app)
+    since = anyio.current_time()
+    while True:
+        await anyio.sleep(interval)
+        now = anyio.current_time()
+        after = _totals(app)
+        log.info(throughput_line(before, after, now - since, _in_flight(app)))
+        before, since = after, now
+
+
+# ------------------------------------------------------------------------------------------
+# the command line
+
+
+class _StartupLogGate(logging.Filter):
+    """Holds back warnings and errors logged while the service starts.
+
+    A start-up failure is reported as one ``error:`` line; what the supervisors logged on the
+    way (with tracebacks) would bury it. Once the service has started the held records are
+    written, and nothing is held any more. With ``--log-level debug`` nothing is held.
+    """
+
+    def __init__(self, handler: logging.Handler, *, hold: bool) -> None:
+        super().__init__()
+        self.handler = handler
+        self.holding = hold
+        self.held: list[logging.LogRecord] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self.holding and record.levelno >= logging.WARNING:
+            self.held.append(record)
+            return False
+        return True
+
+    def release(self) -> None:
+        self.holding = False
+        held, self.held = self.held, []
+        for record in held:
+            self.handler.handle(record)
+
+    def drop(self) -> None:
+        self.holding = False
+        self.held = []
+
+
+_gate: _StartupLogGate | None = None
+
+
+async def _serve_with_signals(config: ServeConfig, phase: dict[str, bool]) -> int:
+    """Serve until the app returns or a signal stops it. SIGINT, SIGTERM and SIGHUP (the
+    terminal went away) stop gracefully; a second signal cancels at once."""
+    stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    with anyio.open_signal_receiver(*stop_signals) as signals:
         async with anyio.create_task_group() as tg:
             outer = tg.cancel_scope
 
@@ -159,6 +357,8 @@ async def _serve_with_signals(config: ServeConfig) -> int:
                         root = roots.get("root")
                         if root is not None:
                             root.request_stop()
+                        else:
+                            outer.cancel()  # still starting: nothing to drain
                     else:
                         outer.cancel()
 
@@ -167,6 +367,9 @@ async def _serve_with_signals(config: ServeConfig) -> int:
             async def serve_and_record(*, task_status: anyio.abc.TaskStatus[None]) -> None:
                 async with anyio.create_task_group() as inner:
                     roots["root"] = await inner.start(serve, config)
+                    phase["started"] = True
+                    if _gate is not None:
+                        _gate.release()
                     task_status.started()
                 outer.cancel()
 
@@ -175,10 +378,22 @@ async def _serve_with_signals(config: ServeConfig) -> int:
     return EXIT_OK
 
 
-async def ping(url: str | None) -> int:
-    async with connect(
-        url or os.environ.get(DEFAULT_URL_ENV) or "redis://127.0.0.1:6379"
-    ) as client:
+async def ping(url: str | None, data_dir: Path | None) -> int:
+    """Print the server's flavour, version and capabilities.
+
+    Without a URL (and no ``$RESPIRE_REDIS_URL``) it finds the embedded server that ``serve``
+    runs in the data directory, like ``serve`` would use it.
+    """
+    if not url:
+        directory = EmbeddedConfig(data_dir=data_dir).resolved_dir()
+        url = await running_server_url(directory)
+        if url is None:
+            raise StartupError(
+                f"no embedded server is running in {directory.resolve()}: start one with "
+                "'python -m respire_actors serve APP', or give --redis-url or "
+                f"${DEFAULT_URL_ENV}"
+            )
+    async with connect(url) as client:
         info = await client.server_info()
         rows = [
             ("server", client.settings.describe()),
@@ -195,23 +410,222 @@ async def ping(url: str | None) -> int:
     return EXIT_OK
 
 
+DESCRIPTION = f"""\
+Serve a respire_actors app, or inspect a Redis server.
+
+examples:
+  python -m respire_actors serve examples.email_app:app
+  python -m respire_actors serve myproject.tasks:worker --redis-url redis://127.0.0.1:6379
+  python -m respire_actors ping
+
+Without --redis-url or ${DEFAULT_URL_ENV}, serve starts the embedded valkey-server
+(data in --data-dir, ${DATA_DIR_ENV}, or ./.respire/valkey) and stops it on exit.
+The first SIGINT, SIGTERM or SIGHUP stops gracefully (intake stops, running handlers
+finish within their grace, unfinished work stays pending); a second one stops at once.
+"""
+
+EPILOG = """\
+exit codes:
+  0  success: the app returned, or a graceful stop
+  1  runtime failure: the app or the server failed after start-up
+  2  usage error: unknown command or option
+  3  start-up failure: bad app path, unusable or locked data directory, bad log
+     level, unreachable or refusing server; one 'error:' line says what to do
+     (the traceback too with --log-level debug)
+"""
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m respire_actors", description=__doc__.split("\n")[0]
+    fmt = argparse.RawDescriptionHelpFormatter
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--log-level",
+        default=argparse.SUPPRESS,
+        metavar="LEVEL",
+        help=f"debug, info, warning, error or critical (default: ${LOG_LEVEL_ENV}, else "
+        "info); debug also prints tracebacks of start-up failures",
     )
-    parser.add_argument("--version", action="version", version=f"respire_actors {__version__}")
-    parser.add_argument("--log-level", default=os.environ.get("RESPIRE_LOG_LEVEL", "INFO"))
-    sub = parser.add_subparsers(dest="command")
-    s = sub.add_parser("serve", help="run an app (module:attribute)")
-    s.add_argument("app", help="the app to run, as 'package.module:attribute'")
-    s.add_argument("--backend", choices=("trio", "asyncio"), default="trio")
-    s.add_argument("--redis-url", default=None, help=f"default: ${DEFAULT_URL_ENV}, else embedded")
-    s.add_argument("--data-dir", type=Path, default=None, help="embedded server data directory")
-    for name in ("ping", "info"):
-        p = sub.add_parser(name, help="show the server, its version and capabilities")
-        p.add_argument("--redis-url", default=None)
-        p.add_argument("--backend", choices=("trio", "asyncio"), default="trio")
+    parser = argparse.ArgumentParser(
+        prog="python -m respire_actors",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=fmt,
+        parents=[common],
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"respire_actors {__version__}",
+        help="print the version and exit",
+    )  # fmt: skip
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", help="one of these (COMMAND --help for its options):"
+    )
+    backend = {
+        "choices": ("trio", "asyncio"),
+        "default": "trio",
+        "help": "the async library to run on (default: trio)",
+    }
+    s = sub.add_parser(
+        "serve",
+        help="run an app (package.module:attribute)",
+        description="Run an app: a Worker, or any object with an async run(client) method.",
+        epilog=EPILOG,
+        formatter_class=fmt,
+        parents=[common],
+    )
+    s.add_argument(
+        "app",
+        help="the app to run, as 'package.module:attribute' (the attribute may be a factory "
+        "that takes no arguments)",
+    )
+    s.add_argument("--backend", **backend)  # type: ignore[arg-type]
+    s.add_argument(
+        "--redis-url",
+        default=None,
+        metavar="URL",
+        help=f"the server to use (default: ${DEFAULT_URL_ENV}, else the embedded server)",
+    )
+    s.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"the embedded server's data directory (default: ${DATA_DIR_ENV}, else "
+        "./.respire/valkey)",
+    )
+    s.add_argument(
+        "--stats-interval",
+        type=float,
+        default=DEFAULT_STATS_INTERVAL,
+        metavar="SECONDS",
+        help="period of the throughput summary logged for worker apps (default: "
+        f"{DEFAULT_STATS_INTERVAL:g}; 0 turns it off)",
+    )
+    s.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long a graceful stop waits for the app before cancelling it (default: 60)",
+    )
+    for name, extra in (("ping", ""), ("info", " (same as ping)")):
+        p = sub.add_parser(
+            name,
+            help="show the server, its version and capabilities" + extra,
+            description="Show the server's flavour, version, mode and capabilities. Without "
+            f"--redis-url or ${DEFAULT_URL_ENV}: the embedded server that serve runs in the "
+            "data directory.",
+            epilog=EPILOG,
+            formatter_class=fmt,
+            parents=[common],
+        )
+        p.add_argument(
+            "--redis-url",
+            default=None,
+            metavar="URL",
+            help=f"the server to ask (default: ${DEFAULT_URL_ENV}, else the embedded server)",
+        )
+        p.add_argument(
+            "--data-dir",
+            type=Path,
+            default=None,
+            metavar="DIR",
+            help="where to look for the embedded server (default: as for serve)",
+        )
+        p.add_argument("--backend", **backend)  # type: ignore[arg-type]
     return parser
+
+
+def _leaves(exc: BaseException) -> Iterator[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield exc
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The exception that explains a failure: exception groups (task groups) are unwrapped,
+    supervisor errors give way to the child's exception (their ``__cause__``), and a
+    respire_actors error is preferred over anything else found."""
+    candidates: list[BaseException] = []
+    pending = list(_leaves(exc))
+    while pending:
+        leaf = pending.pop(0)
+        if isinstance(leaf, SupervisorError) and leaf.__cause__ is not None:
+            pending[:0] = list(_leaves(leaf.__cause__))
+            continue
+        if isinstance(leaf, asyncio.CancelledError) or type(leaf).__name__ == "Cancelled":
+            continue  # trio's Cancelled, asyncio's CancelledError: a consequence, not a cause
+        candidates.append(leaf)
+    for candidate in candidates:
+        if isinstance(candidate, RespireError):
+            return candidate
+    return candidates[0] if candidates else exc
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def explain(exc: BaseException, url: str | None) -> str:
+    """One line: what failed and what to do about it."""
+    text = str(exc) or type(exc).__name__
+    try:
+        settings = ConnectionSettings.from_url(url) if url else None
+    except ConfigurationError:
+        settings = None
+    where = settings.describe() if settings else "the server"
+    where_set = f"--redis-url or ${DEFAULT_URL_ENV}"
+    names = " ".join(type(e).__name__ for e in _chain(exc)).lower()
+    lowered = text.lower()
+    if isinstance(exc, (ConfigurationError, ServerError)) and (
+        "credential" in lowered or "auth" in names or "noauth" in lowered
+    ):
+        if settings is not None and settings.password is None:
+            return (
+                f"{where} requires a password: put it in the URL "
+                f"(redis://[USER]:PASSWORD@host:port) given with {where_set}"
+            )
+        return f"{where} refused the user name or password: check them in {where_set}"
+    if (
+        "protocol error" in lowered
+        or "protocol" in names
+        or "invalidresponse" in names
+        or "connection lost while receiving" in lowered  # closed on us instead of replying
+    ):
+        return (
+            f"{where} did not answer like a Redis server ({text}): check the host and port "
+            f"in {where_set}"
+        )
+    if isinstance(exc, RespireError):
+        if isinstance(exc, RedisUnavailable) and "URL" not in text:
+            return f"{text} (the server is set with {where_set})"
+        return text
+    return f"{type(exc).__name__}: {text}"
+
+
+def _configure_logging(level_name: str) -> int:
+    global _gate
+    level = level_name.strip().lower()
+    if level not in LOG_LEVELS:
+        raise StartupError(
+            f"unknown log level {level_name!r}: use one of {', '.join(LOG_LEVELS)} "
+            f"(--log-level or ${LOG_LEVEL_ENV})"
+        )
+    numeric = int(getattr(logging, level.upper()))
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    _gate = _StartupLogGate(handler, hold=numeric > logging.DEBUG)
+    handler.addFilter(_gate)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(numeric)
+    return numeric
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,48 +634,54 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)-7s %(name)s: %(message)s"
-    )
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
+    level = logging.INFO
+    phase = {"started": False}
+    url: str | None = getattr(args, "redis_url", None) or os.environ.get(DEFAULT_URL_ENV) or None
     try:
+        level = _configure_logging(
+            getattr(args, "log_level", None) or os.environ.get(LOG_LEVEL_ENV) or "info"
+        )
+        if url:
+            ConnectionSettings.from_url(url)  # a bad URL is a start-up error, said at once
         if args.command == "serve":
             app = load_app(args.app)
-            url = args.redis_url or os.environ.get(DEFAULT_URL_ENV) or None
-            if url:
-                from .redis.client import ConnectionSettings
-
-                ConnectionSettings.from_url(url)  # a bad URL is a start-up error, said at once
-            return anyio.run(
-                _serve_with_signals, ServeConfig(app, url, args.data_dir), backend=args.backend
+            config = ServeConfig(
+                app,
+                url,
+                args.data_dir,
+                shutdown_timeout=args.shutdown_timeout,
+                stats_interval=args.stats_interval,
             )
-        return anyio.run(ping, args.redis_url, backend=args.backend)
-    except (StartupError, ConfigurationError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_STARTUP
-    except BaseExceptionGroup as group:
-        first = _first_leaf(group)
-        print(f"error: {first}", file=sys.stderr)
-        return EXIT_STARTUP if isinstance(first, RespireError) else EXIT_FAILURE
-    except RespireError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_STARTUP
+            return anyio.run(_serve_with_signals, config, phase, backend=args.backend)
+        return anyio.run(ping, url, args.data_dir, backend=args.backend)
     except KeyboardInterrupt:
         return EXIT_FAILURE
-
-
-def _first_leaf(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    while exc.__cause__ is not None and not isinstance(exc, RespireError):
-        exc = exc.__cause__
-    return exc
+    except BaseException as exc:
+        if isinstance(exc, SystemExit):
+            raise
+        cause = root_cause(exc)
+        if _gate is not None and not phase["started"]:
+            _gate.drop()
+        if level <= logging.DEBUG:
+            traceback.print_exception(exc, file=sys.stderr)
+        print(f"error: {explain(cause, url)}", file=sys.stderr)
+        return EXIT_FAILURE if phase["started"] else EXIT_STARTUP
 
 
 def console_main() -> None:
     sys.exit(main())
 
 
-__all__ = ["App", "ServeConfig", "load_app", "main", "render_snapshot", "serve"]
+__all__ = [
+    "App",
+    "ServeConfig",
+    "StartupError",
+    "load_app",
+    "main",
+    "render_snapshot",
+    "root_cause",
+    "serve",
+]

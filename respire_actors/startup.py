@@ -4,18 +4,21 @@ A server that has just restarted answers some commands (``INFO``, ``COMMAND``) w
 still loading its data set, and refuses the rest with ``LOADING``. Nothing runs during that
 time, so a start-up step that is refused this way is safe to repeat: :func:`wait_until_loaded`
 waits for the data set, and :func:`retry_while_loading` repeats one start-up step.
+:func:`connect_when_loaded` is :func:`~respire_actors.redis.client.connect` plus that wait; it
+also retries a connection whose handshake the loading server refused (``serve`` uses it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import anyio
 
 from .errors import RedisUnavailable, ServerLoading
-from .redis.client import RedisClient
+from .redis.client import RedisClient, connect
 
 T = TypeVar("T")
 
@@ -50,7 +53,11 @@ async def retry_while_loading(
         while True:
             try:
                 return await step()
-            except ServerLoading:
+            except (ServerLoading, RedisUnavailable) as exc:
+                # a new pooled connection's handshake refused with LOADING arrives as
+                # RedisUnavailable: retried too, any other RedisUnavailable is not
+                if not is_loading_refusal(exc):
+                    raise
                 if not told:
                     log.info("the server is loading its data set; waiting for it")
                     told = True
@@ -62,4 +69,58 @@ async def retry_while_loading(
     )
 
 
-__all__ = ["DEFAULT_LOADING_TIMEOUT", "retry_while_loading", "wait_until_loaded"]
+def is_loading_refusal(exc: BaseException) -> bool:
+    """True when ``exc`` (or what caused it) is a server's ``LOADING`` refusal.
+
+    Besides :class:`ServerLoading` this recognises a refused connection handshake, which the
+    Redis library reports as its own ``BusyLoadingError`` wrapped in :class:`RedisUnavailable`.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, ServerLoading) or type(current).__name__ == "BusyLoadingError":
+            return True
+        if str(current).startswith("LOADING"):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+@contextlib.asynccontextmanager
+async def connect_when_loaded(
+    url: str | None = None, *, timeout: float = DEFAULT_LOADING_TIMEOUT, **options: Any
+) -> AsyncIterator[RedisClient]:
+    """``async with connect_when_loaded(url) as client:`` - :func:`connect`, then
+    :func:`wait_until_loaded`; a connection refused because the server is loading is retried
+    (nothing was sent that writes). Raises :class:`RedisUnavailable` after ``timeout``, and
+    whatever :func:`connect` raises for any other failure."""
+    deadline = anyio.current_time() + timeout
+    delay = 0.05
+    told = False
+    while True:
+        stack = contextlib.AsyncExitStack()
+        try:
+            client = await stack.enter_async_context(connect(url, **options))
+        except RedisUnavailable as exc:
+            if not is_loading_refusal(exc) or anyio.current_time() >= deadline:
+                raise
+            if not told:
+                log.info("the server is loading its data set; waiting for it")
+                told = True
+            await anyio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+            continue
+        async with stack:
+            await wait_until_loaded(client, timeout=max(0.0, deadline - anyio.current_time()))
+            yield client
+        return
+
+
+__all__ = [
+    "DEFAULT_LOADING_TIMEOUT",
+    "connect_when_loaded",
+    "is_loading_refusal",
+    "retry_while_loading",
+    "wait_until_loaded",
+]

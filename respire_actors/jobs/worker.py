@@ -224,6 +224,11 @@ class Worker(ConsumerHost):
                         "JobQueue.set_rate_limit or configure the stored policy"
                     )
 
+    def in_flight(self, queue: str) -> int:
+        """How many of ``queue``'s deliveries this process holds now: admitted and not yet
+        handed to the completer (read-only; ``serve`` reports it in its throughput line)."""
+        return self._runtimes[queue].admission.statistics().in_use
+
 
 _RATE_POLICY = load("job_rate_policy")
 

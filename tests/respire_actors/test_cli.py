@@ -3,32 +3,30 @@ embedded server, and graceful stop on SIGINT."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import fcntl
+import http.server
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
+from helpers.cli import ROOT, run_cli, serving
+from helpers.resp import SyncRedis
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_cli(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if k != "RESPIRE_REDIS_URL"}
-    full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "respire_actors", *args],
-        cwd=ROOT,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+from respire_actors import JobQueue, cli, embedded
+from respire_actors.errors import EmbeddedServerError
+from respire_actors.redis.client import connect
+from supervisors import StartError
 
 
 def test_version() -> None:
@@ -41,6 +39,17 @@ def test_ping_prints_a_table(server_url: str) -> None:
     result = run_cli("ping", "--redis-url", server_url)
     assert result.returncode == 0, result.stderr
     assert "version" in result.stdout and "flavor" in result.stdout
+
+
+def assert_one_line_startup_error(result: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """Exit code 3 and nothing on stderr but one ``error:`` line containing every needle."""
+    assert result.returncode == 3, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), result.stderr
+    for needle in needles:
+        assert needle in lines[0], result.stderr
+    return lines[0]
 
 
 @pytest.mark.parametrize(
@@ -61,9 +70,7 @@ def test_ping_prints_a_table(server_url: str) -> None:
 )
 def test_startup_errors_are_one_line_with_exit_3(args: tuple[str, ...], needle: str) -> None:
     result = run_cli(*args)
-    assert result.returncode == 3
-    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(lines) == 1 and needle in lines[0], result.stderr
+    assert_one_line_startup_error(result, needle)
 
 
 def test_usage_error_exit_2() -> None:
@@ -117,3 +124,261 @@ def test_sigint_stops_gracefully(tmp_path: Path) -> None:
     assert proc.returncode == 0, err
     assert "stopping gracefully" in err
     assert "of 400 jobs completed" in out
+
+
+# ------------------------------------------------------------------------------------------
+# start-up failures: one line that says what to do, exit code 3 (issue 8, item 17)
+
+
+@pytest.fixture
+def http_port() -> Iterator[int]:
+    """A port where an HTTP server (not Redis) listens."""
+
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_unusable_data_dir(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    data = tmp_path / "a-file" / "data"
+    result = run_cli("serve", "examples.email_app:app", "--data-dir", str(data))
+    assert_one_line_startup_error(result, f"cannot use the data directory {data}", "--data-dir")
+
+
+def test_locked_data_dir(tmp_path: Path) -> None:
+    # A live process holds the lock and is recorded as the directory's owner.
+    data = tmp_path / "data"
+    data.mkdir()
+    with open(data / embedded.LOCK_FILE, "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        (data / embedded.RECORD_FILE).write_text(
+            json.dumps({"owner_pid": os.getpid(), "server_pid": os.getpid(), "port": 1})
+        )
+        result = run_cli("serve", "examples.email_app:app", "--data-dir", str(data))
+    assert_one_line_startup_error(
+        result, f"{data} is in use by another process (pid {os.getpid()})", "--data-dir"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (("--log-level", "loud", "ping"), {}),
+        (("ping", "--log-level", "loud"), {}),
+        (("ping",), {"RESPIRE_LOG_LEVEL": "loud"}),
+    ],
+    ids=["before-command", "after-command", "environment"],
+)
+def test_bad_log_level(args: tuple[str, ...], env: dict[str, str]) -> None:
+    result = run_cli(*args, env=env)
+    assert_one_line_startup_error(result, "unknown log level 'loud'", "debug, info")
+
+
+def test_an_object_that_is_not_an_app() -> None:
+    result = run_cli("serve", "json:dumps", "--redis-url", "redis://127.0.0.1:6379")
+    assert_one_line_startup_error(result, "'json:dumps' is not an app", "async run(client)")
+
+
+def test_a_factory_that_fails() -> None:
+    result = run_cli("serve", "fractions:Fraction", "--redis-url", "redis://127.0.0.1:6379")
+    assert_one_line_startup_error(result, "is not an app")
+
+
+@pytest.fixture
+def password_server(tmp_path: Path) -> Iterator[int]:
+    """A valkey-server that requires the password ``s3cret``; yields its port."""
+    port = embedded.free_port()
+    with subprocess.Popen(
+        [
+            str(embedded.valkey_binary()),
+            "--port", str(port),
+            "--bind", "127.0.0.1",
+            "--requirepass", "s3cret",
+            "--dir", str(tmp_path),
+            "--save", "",
+            "--logfile", "valkey.log",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    ) as proc:  # fmt: skip
+        try:
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    with SyncRedis("127.0.0.1", port, timeout=1) as conn:
+                        conn.execute("AUTH", "s3cret")
+                    break
+                except OSError:
+                    assert time.monotonic() < deadline and proc.poll() is None
+                    time.sleep(0.02)
+            yield port
+        finally:
+            proc.terminate()
+            proc.wait()
+
+
+def test_missing_password(password_server: int) -> None:
+    url = f"redis://127.0.0.1:{password_server}"
+    for command in (("serve", "examples.email_app:app"), ("ping",)):
+        result = run_cli(*command, "--redis-url", url)
+        assert_one_line_startup_error(
+            result, f"127.0.0.1:{password_server}", "requires a password", "--redis-url"
+        )
+    wrong = run_cli("ping", "--redis-url", f"redis://:nope@127.0.0.1:{password_server}")
+    line = assert_one_line_startup_error(wrong, "refused the user name or password")
+    assert "nope" not in line
+    right = run_cli("ping", "--redis-url", f"redis://:s3cret@127.0.0.1:{password_server}")
+    assert right.returncode == 0, right.stderr
+
+
+@pytest.fixture
+def garbage_port() -> Iterator[int]:
+    """A plain TCP listener that answers anything with an HTTP error line."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def answer() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(2)
+                with contextlib.suppress(OSError):
+                    conn.recv(1024)
+                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        yield int(listener.getsockname()[1])
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+
+
+@pytest.mark.parametrize("listener", ["http_port", "garbage_port"])
+def test_a_port_that_is_not_redis(listener: str, request: pytest.FixtureRequest) -> None:
+    port = request.getfixturevalue(listener)
+    url = f"redis://127.0.0.1:{port}"
+    for command in (("serve", "examples.email_app:app"), ("ping",)):
+        result = run_cli(*command, "--redis-url", url, timeout=90)
+        assert_one_line_startup_error(
+            result, f"127.0.0.1:{port}", "did not answer like a Redis server", "host and port"
+        )
+
+
+def test_ping_without_url_looks_for_the_embedded_server(tmp_path: Path) -> None:
+    # Like serve: $RESPIRE_REDIS_URL, else the embedded server of the data directory. With
+    # none running there, it says so (the running case is in test_serve_processes.py).
+    data = tmp_path / "data"
+    result = run_cli("ping", "--data-dir", str(data))
+    assert_one_line_startup_error(result, f"no embedded server is running in {data}", "serve")
+    env_data = run_cli("ping", env={"RESPIRE_DATA_DIR": str(data)})
+    assert_one_line_startup_error(env_data, f"no embedded server is running in {data}")
+
+
+def test_debug_log_level_adds_the_traceback(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    args = ("serve", "examples.email_app:app", "--data-dir", str(tmp_path / "a-file" / "d"))
+    quiet = run_cli(*args)
+    assert "Traceback" not in quiet.stderr
+    loud = run_cli(*args, "--log-level", "debug")
+    assert loud.returncode == 3
+    assert "Traceback" in loud.stderr
+    assert loud.stderr.strip().splitlines()[-1] == quiet.stderr.strip()
+
+
+def test_root_cause_unwraps_groups_and_supervisor_errors() -> None:
+    real = EmbeddedServerError("the real cause")
+    start = StartError(supervisor="respire", child="embedded-valkey")
+    start.__cause__ = ExceptionGroup("Exceptions from Trio nursery", [real])
+    group = BaseExceptionGroup("outer", [ExceptionGroup("inner", [start])])
+    assert cli.root_cause(group) is real
+    other = ValueError("not ours")
+    assert cli.root_cause(ExceptionGroup("g", [other, real])) is real  # ours is preferred
+    assert cli.root_cause(ExceptionGroup("g", [other])) is other
+
+
+# ------------------------------------------------------------------------------------------
+# the banner, the throughput summary, --help (issue 8, item 18)
+
+
+def test_worker_only_serve_prints_a_banner_and_throughput(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with serving(
+        "tests.apps.counting:worker",
+        "--data-dir",
+        str(data),
+        "--stats-interval",
+        "0.5",
+        stderr_path=tmp_path / "serve.err",
+    ) as served:
+        banner = served.wait_for_stderr("worker 'counting' on Valkey")
+        assert f"(embedded, data in {data})" in banner
+        queue_line = served.wait_for_stderr("queue 'counting'")
+        assert "-> tests.apps.counting.count_run, concurrency 16" in queue_line
+        served.wait_for_stderr("throughput: 0.0 jobs/s")
+        record = embedded.read_record(data)
+        assert record is not None
+        anyio.run(enqueue_items, record.url, 30)
+        line = served.wait_for_stderr("acked 30")  # all 30 within one period on a quiet box
+        assert "retried 0, dead-lettered 0, failed 0, in flight 0" in line
+        served.signal(signal.SIGINT)
+        assert served.wait() == 0, served.stderr()
+
+
+async def enqueue_items(url: str, count: int) -> None:
+    from tests.apps.counting import CODEC, QUEUE, Item  # the app's own codec and queue
+
+    async with connect(url) as client:
+        await JobQueue(client, QUEUE, CODEC).enqueue_many((f"i{n}", Item(n)) for n in range(count))
+
+
+def test_throughput_line() -> None:
+    before = {"acked": 10, "retried": 1, "dead_lettered": 0, "failed": 0}
+    after = {"acked": 110, "retried": 3, "dead_lettered": 1, "failed": 2}
+    assert cli.throughput_line(before, after, 10.0, 4) == (
+        "throughput: 10.3 jobs/s (103 in 10 s): acked 100, retried 2, dead-lettered 1, "
+        "failed 2, in flight 4"
+    )
+    assert cli.throughput_line(before, before, 10.0, None).endswith("failed 0")
+
+
+@pytest.mark.parametrize("command", [(), ("serve",), ("ping",), ("info",)])
+def test_help_is_plain_text_with_exit_codes(command: tuple[str, ...]) -> None:
+    result = run_cli(*command, "--help")
+    assert result.returncode == 0
+    text = result.stdout
+    assert "::" not in text and "``" not in text and ":class:" not in text
+    if command:
+        assert "exit codes:" in text
+        for code in ("0  success", "1  runtime failure", "2  usage error", "3  start-up"):
+            assert code in text
+
+
+def test_every_option_is_described() -> None:
+    parser = cli._parser()
+    parsers = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            parsers += list(action.choices.values())
+    for each in parsers:
+        for action in each._actions:
+            assert action.help, f"{each.prog}: {action.option_strings or action.dest}"

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import signal
 import socket
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import anyio.abc
 import pytest
-from helpers.resp import info_fields
+from helpers.loading import fill
+from helpers.resp import SyncRedis, info_fields
 from helpers.servers import ValkeyProcess
+from helpers.waiting import wait_until
 
 from respire_actors import embedded
 from respire_actors.embedded import (
@@ -149,3 +156,180 @@ def test_binary_is_shipped() -> None:
     binary = embedded.valkey_binary()
     assert binary.is_file()
     assert os.access(binary, os.X_OK)
+
+
+# ------------------------------------------------------------------------------------------
+# readiness while the data set loads (issue 8, item 1)
+
+
+def load_seconds(data_dir: Path) -> float:
+    """How long the last start spent loading the AOF, from the server's own log."""
+    lines = (data_dir / "valkey.log").read_text().splitlines()
+    loaded = [line for line in lines if "DB loaded from append only file" in line]
+    return float(loaded[-1].rsplit(":", 1)[1].split()[0])
+
+
+async def test_ready_means_loaded_even_when_loading_outlasts_ready_timeout(
+    tmp_path: Path,
+) -> None:
+    # A restart replays the AOF; meanwhile the server answers INFO but refuses other commands
+    # with LOADING. key-load-delay (a test-only setting, read from valkey.conf in the data
+    # directory) slows the replay so that it takes several times ready_timeout.
+    async with open_embedded_server(EmbeddedConfig(data_dir=tmp_path)) as url:
+        await anyio.to_thread.run_sync(fill, int(url.rsplit(":", 1)[1]), 20_000)
+    (tmp_path / "valkey.conf").write_text(
+        "key-load-delay 50\nloading-process-events-interval-bytes 1024\n"
+    )
+    slow = EmbeddedConfig(data_dir=tmp_path, ready_timeout=0.5)
+    with anyio.fail_after(90):
+        async with open_embedded_server(slow) as url, connect(url) as client:
+            # ready was reported only once every command runs: no LOADING refusal here
+            assert await client.execute("DBSIZE") == 20_000
+            info = info_fields(await client.execute("INFO", "persistence"))
+            assert info["loading"] == "0"
+    assert load_seconds(tmp_path) > 2 * slow.ready_timeout  # the wait really was extended
+
+
+async def test_probe_tells_loading_from_ready(tmp_path: Path) -> None:
+    async with open_embedded_server(EmbeddedConfig(data_dir=tmp_path)) as url:
+        port = int(url.rsplit(":", 1)[1])
+        await anyio.to_thread.run_sync(fill, port, 5_000)
+        async with connect(url) as client:
+            pid = int(info_fields(await client.execute("INFO", "server"))["process_id"])
+        ready = await embedded._probe(port, pid)
+        assert ready.ours and ready.ready and not ready.loading
+        assert not (await embedded._probe(port, pid + 1)).ours  # another process's answer
+    (tmp_path / "valkey.conf").write_text(
+        "key-load-delay 1000\nloading-process-events-interval-bytes 1024\n"
+    )
+    # Start the server by hand (no readiness wait) and catch it loading.
+    lock = embedded._open_lock(tmp_path)
+    port = embedded.free_port()
+    cmd = embedded._command(embedded.valkey_binary(), EmbeddedConfig(), port, tmp_path)
+    process = embedded._spawn(cmd, lock.fileno())
+    try:
+        with anyio.fail_after(20):
+            while not (probe := await embedded._probe(port, process.pid)).loading:
+                assert not probe.ready, "the server finished loading before we looked"
+                await anyio.sleep(0.02)
+        assert probe.ours and not probe.ready
+    finally:
+        await embedded._stop(process, 10)
+        lock.close()
+
+
+# ------------------------------------------------------------------------------------------
+# the data-directory lock and orphans (issue 8, item 2; serve-level tests in test_serve_*.py)
+
+
+def running(pid: int) -> bool:
+    return embedded._pid_alive(pid)
+
+
+def lock_is_free(data_dir: Path) -> bool:
+    with open(data_dir / embedded.LOCK_FILE, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return True
+
+
+async def test_the_server_itself_holds_the_lock(tmp_path: Path) -> None:
+    async with open_embedded_server(EmbeddedConfig(data_dir=tmp_path, persistent=False)):
+        record = embedded.read_record(tmp_path)
+        assert record is not None and record.owner_pid == os.getpid()
+        fds = f"/proc/{record.server_pid}/fd"
+        if os.path.isdir(fds):  # noqa: ASYNC240 - Linux: valkey-server has the lock file open (inherited)
+            targets = {os.readlink(os.path.join(fds, fd)) for fd in os.listdir(fds)}
+            assert str(tmp_path / embedded.LOCK_FILE) in targets
+        assert not lock_is_free(tmp_path)
+    assert lock_is_free(tmp_path)
+    assert embedded.read_record(tmp_path) is None  # the record goes with the server
+
+
+ORPHAN_MAKER = """
+import sys
+import anyio
+from respire_actors import embedded
+
+embedded._USE_DEATH_SIGNAL = sys.argv[2] == "1"
+
+async def main() -> None:
+    config = embedded.EmbeddedConfig(data_dir=sys.argv[1])
+    async with embedded.open_embedded_server(config) as url:
+        print(url, flush=True)
+        await anyio.sleep_forever()
+
+anyio.run(main)
+"""
+
+
+@contextlib.contextmanager
+def owner_process(
+    data_dir: Path, *, death_signal: bool
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A separate Python process that runs an embedded server in ``data_dir``."""
+    with subprocess.Popen(
+        [sys.executable, "-c", ORPHAN_MAKER, str(data_dir), "1" if death_signal else "0"],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            url = proc.stdout.readline().strip()
+            assert url.startswith("redis://"), url
+            yield proc, url
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+            proc.wait()
+
+
+async def test_killed_owner_takes_its_server_along(tmp_path: Path) -> None:
+    with owner_process(tmp_path, death_signal=True) as (owner, _):
+        record = embedded.read_record(tmp_path)
+        assert record is not None and record.owner_pid == owner.pid
+        owner.kill()
+    await wait_until(lambda: not running(record.server_pid), timeout=10)
+    await wait_until(lambda: lock_is_free(tmp_path), timeout=10)
+
+
+async def test_an_orphaned_server_is_stopped_by_the_next_start(tmp_path: Path) -> None:
+    # Where no death signal exists (macOS), a server outlives its killed owner and keeps the
+    # data directory locked; the next start finds it through the record and stops it.
+    with owner_process(tmp_path, death_signal=False) as (owner, url):
+        port = int(url.rsplit(":", 1)[1])
+        with SyncRedis("127.0.0.1", port) as conn:
+            conn.execute("SET", "survivor", "from the first server")
+        record = embedded.read_record(tmp_path)
+        assert record is not None
+        owner.kill()
+    try:
+        await anyio.sleep(0.5)
+        assert running(record.server_pid)  # orphaned, still serving
+        assert not lock_is_free(tmp_path)  # and still holding the directory
+        with anyio.fail_after(30):
+            async with open_embedded_server(EmbeddedConfig(data_dir=tmp_path)) as url2:
+                assert not running(record.server_pid)
+                async with connect(url2) as client:
+                    assert await client.execute("GET", "survivor") == b"from the first server"
+    finally:
+        if running(record.server_pid):  # the test failed: leave no orphan behind
+            os.kill(record.server_pid, signal.SIGKILL)
+
+
+async def test_a_live_owner_keeps_its_directory(tmp_path: Path) -> None:
+    with (
+        owner_process(tmp_path, death_signal=True) as (owner, _),
+        pytest.raises(EmbeddedServerError, match=rf"in use by another process \(pid {owner.pid}\)"),
+    ):
+        await run_embedded_server(EmbeddedConfig(data_dir=tmp_path))
+
+
+async def test_unusable_data_dir_is_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(EmbeddedServerError, match=r"cannot use the data directory .*--data-dir"):
+        await run_embedded_server(EmbeddedConfig(data_dir=blocker / "data"))

@@ -1,0 +1,129 @@
+"""``serve`` on the embedded server as real processes: it dies without a clean stop and takes
+its server along, the next ``serve`` on the data directory sees the earlier data, and a restart
+that has to load a large AOF waits for it instead of failing (issue 8, items 1 and 2)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from helpers.cli import run_cli, serving
+from helpers.loading import is_loading, loading_server
+
+from respire_actors import embedded
+
+APP = "tests.apps.counting:app"
+
+pytestmark = pytest.mark.slow
+
+
+def wait_gone(pid: int, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while embedded._pid_alive(pid):
+        assert time.monotonic() < deadline, f"process {pid} still runs after {timeout} s"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    ("signum", "exit_code"),
+    [(signal.SIGKILL, -signal.SIGKILL), (signal.SIGHUP, 0)],
+    ids=["SIGKILL", "SIGHUP"],
+)
+def test_a_second_serve_after_serve_dies(
+    tmp_path: Path, signum: signal.Signals, exit_code: int
+) -> None:
+    data = tmp_path / "data"
+    with serving(
+        APP,
+        "--data-dir",
+        str(data),
+        stderr_path=tmp_path / "first.err",
+        env={"COUNT_JOBS": "50", "COUNT_BATCH": "first", "COUNT_STAY": "1"},
+    ) as first:
+        assert "done: 50 distinct, 50 runs, 0 pending" in first.wait_for_line("done:")
+        record = embedded.read_record(data)
+        assert record is not None and record.owner_pid == first.pid
+
+        # While it runs: ping without a URL finds it, and a second serve is refused.
+        ping = run_cli("ping", "--data-dir", str(data))
+        assert ping.returncode == 0, ping.stderr
+        assert "valkey" in ping.stdout
+        refused = run_cli("serve", APP, "--data-dir", str(data))
+        assert refused.returncode == 3
+        assert refused.stderr.strip().splitlines() == [
+            f"error: the data directory {data.resolve()} is in use by another process "
+            f"(pid {first.pid}): stop it, or choose another data directory with --data-dir "
+            "or $RESPIRE_DATA_DIR"
+        ]
+
+        first.signal(signum)
+        assert first.wait() == exit_code, first.stderr()
+        try:
+            wait_gone(record.server_pid)  # the server went with its parent
+        finally:
+            if embedded._pid_alive(record.server_pid):  # failed: leave no orphan behind
+                os.kill(record.server_pid, signal.SIGKILL)
+
+    again = run_cli(
+        "serve", APP, "--data-dir", str(data), env={"COUNT_JOBS": "50", "COUNT_BATCH": "again"}
+    )
+    assert again.returncode == 0, again.stderr
+    # the first run's 50 jobs are still recorded (and were not run again), 50 new ones ran
+    assert "done: 100 distinct, 100 runs, 0 pending" in again.stdout, again.stdout
+
+
+@pytest.mark.timeout(400)
+def test_twenty_thousand_jobs_then_a_restart_that_loads_slowly(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    first = run_cli(
+        "serve",
+        APP,
+        "--data-dir",
+        str(data),
+        env={"COUNT_JOBS": "20000", "COUNT_BATCH": "first"},
+        timeout=180,
+    )
+    assert first.returncode == 0, first.stderr
+    assert "done: 20000 distinct, 20000 runs, 0 pending" in first.stdout, first.stdout
+
+    # Make the AOF replay take seconds (a test-only server setting, per replayed command),
+    # so the restart meets LOADING for certain; the server must not be called ready, nor the
+    # app started, before it has loaded.
+    (data / "valkey.conf").write_text(
+        "key-load-delay 10\nloading-process-events-interval-bytes 65536\n"
+    )
+    again = run_cli(
+        "serve",
+        APP,
+        "--data-dir",
+        str(data),
+        env={"COUNT_JOBS": "1000", "COUNT_BATCH": "again"},
+        timeout=240,
+    )
+    assert again.returncode == 0, again.stderr
+    assert "loading its data set" in again.stderr
+    assert "Traceback" not in again.stderr
+    # nothing lost, nothing run twice
+    assert "done: 21000 distinct, 21000 runs, 0 pending" in again.stdout, again.stdout
+
+
+def test_serve_waits_for_an_external_server_that_is_loading(tmp_path: Path) -> None:
+    server = loading_server(tmp_path / "external", delay_us=150)
+    try:
+        assert is_loading(server)
+        result = run_cli(
+            "serve",
+            APP,
+            "--redis-url",
+            server.url,
+            env={"COUNT_JOBS": "20", "COUNT_BATCH": "external"},
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr
+        assert "loading its data set" in result.stderr
+        assert "done: 20 distinct, 20 runs, 0 pending" in result.stdout, result.stdout
+    finally:
+        server.stop()
