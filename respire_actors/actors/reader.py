@@ -13,7 +13,7 @@ import anyio.abc
 
 from supervisors import current_child
 
-from ..errors import RedisUnavailable, ServerError
+from ..errors import ConsumerGroupMissing, RedisUnavailable, ServerError
 from .options import duration_ms
 from .runtime import QueueRuntime, log
 
@@ -26,7 +26,6 @@ async def run_reader(
     if rt.queue_options is not None:
         # Blocked readers wake at least every scheduling poll interval.
         poll_ms = min(poll_ms, rt.queue_options.poll_ms)
-    await rt.ensure_group()
     task_status.started()
     backoff = 0.05
     with ctx.stop_scope():
@@ -46,9 +45,9 @@ async def run_reader(
             except ServerError as exc:
                 rt.admission.release(taken)
                 if exc.code == "NOGROUP":
-                    log.warning("consumer group of %s vanished; recreating it", rt.name)
-                    await rt.ensure_group()
-                    continue
+                    if await group_lost(rt):
+                        continue
+                    break
                 raise
             except RedisUnavailable as exc:
                 rt.admission.release(taken)
@@ -94,3 +93,23 @@ async def run_reader(
                     )
                 except RedisUnavailable:
                     await anyio.sleep(backoff)
+    if rt.stopping.is_set() and not ctx.stop_requested:
+        with ctx.stop_scope():  # a fatal error is stopping the tree; no restart wanted
+            await anyio.sleep_forever()
+
+
+async def group_lost(rt: QueueRuntime) -> bool:
+    """NOGROUP while running: recreate the group where the options allow it (True: go on), or
+    stop the worker with :class:`ConsumerGroupMissing` (False). Never recreates it at ``0``,
+    which would run every retained, already acknowledged entry again."""
+    try:
+        await rt.restore_group()
+    except ConsumerGroupMissing as exc:
+        rt.fail(exc)
+        return False
+    log.warning(
+        "consumer group of %s vanished; recreated at %r as configured",
+        rt.name,
+        rt.options.recreate_missing_group,
+    )
+    return True

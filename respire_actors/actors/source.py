@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from ..errors import ServerError
+from ..errors import ConsumerGroupMissing, ServerError
 from ..redis.client import RedisClient
+from ..redis.scripts import load
 from ._util import field_map, text
 from .messages import Completion, Delivery
 
@@ -56,7 +57,16 @@ class Source(Protocol):
     name: str
     stream_key: str
 
-    async def ensure_group(self) -> None: ...
+    async def ensure_group(self, on_missing: str) -> None:
+        """At start: create the group of a new stream; for a group that existed and vanished,
+        raise :class:`ConsumerGroupMissing` (``on_missing == "fail"``) or recreate it at
+        ``on_missing`` (``"$"`` or an entry id)."""
+        ...
+
+    async def restore_group(self, on_missing: str) -> None:
+        """A running consumer was told NOGROUP: raise :class:`ConsumerGroupMissing` or recreate
+        the group at ``on_missing``; never at ``0``."""
+        ...
 
     async def read(self, consumer: str, count: int) -> ReadResult: ...
 
@@ -74,6 +84,44 @@ async def create_group(client: RedisClient, stream: str, group: str, start: str)
     except ServerError as exc:
         if exc.code != "BUSYGROUP":
             raise
+
+
+def group_missing(stream: str, group: str) -> ConsumerGroupMissing:
+    """The error a consumer stops with when its group vanished."""
+    return ConsumerGroupMissing(
+        f"the consumer group {group!r} of {stream!r} is gone (deleted under or between running "
+        "workers); it is not recreated at '0' because that would run every retained, already "
+        "acknowledged entry again. Recreate it yourself at the right id (XGROUP CREATE), or "
+        "start the worker with recreate_missing_group='$' (new entries only) or an entry id",
+        stream=stream,
+        group=group,
+    )
+
+
+async def recreate_group(client: RedisClient, stream: str, group: str, on_missing: str) -> None:
+    """``restore_group`` for a plain stream: raise, or recreate at ``on_missing``."""
+    if on_missing == "fail":
+        raise group_missing(stream, group)
+    await create_group(client, stream, group, on_missing)
+
+
+_CONSUMER_CLEANUP = load("consumer_cleanup")
+
+
+async def remove_consumer(client: RedisClient, stream: str, group: str, consumer: str) -> bool:
+    """Remove ``consumer`` from the group if it has nothing pending (one script: a delivery
+    cannot slip in between the check and XGROUP DELCONSUMER, which would drop it)."""
+    reply = await _CONSUMER_CLEANUP(client, (stream,), (group, "self", consumer))
+    return int(reply) == 1
+
+
+async def remove_idle_consumers(
+    client: RedisClient, stream: str, group: str, consumer: str, idle_ms: int
+) -> int:
+    """Remove the group's other consumers idle at least ``idle_ms`` with nothing pending;
+    returns how many were removed."""
+    reply = await _CONSUMER_CLEANUP(client, (stream,), (group, "idle", consumer, idle_ms))
+    return int(reply)
 
 
 def deliveries_from_read(entries: Sequence[Any]) -> list[Delivery]:
@@ -105,6 +153,15 @@ class PromotionResult:
     expired: int
     missing: int
     next_due_ms: int
+
+
+@runtime_checkable
+class PreparingSource(Protocol):
+    """A source with start-up checks (a stored policy to compare, ...). The consumer tree's
+    first child runs them on every start, so a tree composed into another supervisor cannot
+    skip them. Must be safe to repeat; raises :class:`ConfigurationError` to refuse the start."""
+
+    async def prepare(self) -> None: ...
 
 
 @runtime_checkable

@@ -13,9 +13,11 @@ import anyio.abc
 
 from supervisors import current_child
 
-from ..errors import RedisUnavailable
+from ..errors import RedisUnavailable, ServerError
 from .options import duration_ms
+from .reader import group_lost
 from .runtime import QueueRuntime, log
+from .source import remove_idle_consumers
 
 
 async def _pass(rt: QueueRuntime, mode: str) -> bool:
@@ -66,7 +68,6 @@ async def run_sweeper(
 ) -> None:
     ctx = current_child()
     interval = duration_ms(rt.options.recovery_interval, what="recovery_interval") / 1000
-    await rt.ensure_group()
     # Replay re-claims every entry pending for this consumer name, so it must only see entries
     # delivered before this run: the reader (started after us) waits for replay_done, and a
     # restarted sweeper skips replay because its consumer's pending entries are in flight in the
@@ -78,12 +79,52 @@ async def run_sweeper(
         mode = "recover"
         rt.replay_done.set()  # the reader may be waiting on it, if replay had not finished
     task_status.started()
+    idle_ms = (
+        None
+        if rt.options.consumer_idle_timeout is None
+        else duration_ms(rt.options.consumer_idle_timeout, what="consumer_idle_timeout")
+    )
+    # Idle consumers are looked for at most once a minute (or once per idle timeout, if
+    # shorter): XINFO CONSUMERS lists them all.
+    cleanup_every = None if idle_ms is None else max(interval, min(60.0, idle_ms / 1000))
+    next_cleanup = anyio.current_time()
     while not ctx.stop_requested:
+        if (
+            idle_ms is not None
+            and cleanup_every is not None
+            and anyio.current_time() >= next_cleanup
+        ):
+            next_cleanup = anyio.current_time() + cleanup_every
+            await _remove_idle_consumers(rt, idle_ms)
         try:
             if await _pass(rt, mode):
                 mode = "recover"
                 rt.replay_done.set()
         except RedisUnavailable as exc:
             log.warning("recovery for %s: %s", rt.name, exc)
+        except ServerError as exc:
+            if exc.code != "NOGROUP":
+                raise
+            if not await group_lost(rt):
+                rt.replay_done.set()
+                with ctx.stop_scope():  # the host is stopping the tree; no restart wanted
+                    await anyio.sleep_forever()
+                return
         with ctx.stop_scope():
             await anyio.sleep(interval)
+
+
+async def _remove_idle_consumers(rt: QueueRuntime, idle_ms: int) -> None:
+    """Remove other consumers idle past ``consumer_idle_timeout`` with nothing pending (dead
+    processes, or ones that stopped without cleaning up)."""
+    try:
+        with anyio.CancelScope(shield=True):
+            removed = await remove_idle_consumers(
+                rt.client, rt.source.stream_key, rt.group, rt.consumer, idle_ms
+            )
+    except (RedisUnavailable, ServerError) as exc:
+        log.warning("removing idle consumers of %s: %s", rt.name, exc)
+        return
+    if removed:
+        rt.stats.consumers_removed += removed
+        log.info("%s: removed %d idle consumers with nothing pending", rt.name, removed)

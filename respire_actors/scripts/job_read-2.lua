@@ -5,7 +5,8 @@
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer name
 -- ARGV[3]  count: how many entries local capacity admits (1 .. 1000)
--- ARGV[4]  acknowledgement mode for expired entries: 'ack' (default), 'xdel' or 'ackdel'
+-- ARGV[4]  expired entries are acknowledged and kept ('ack', default) or deleted ('delete';
+--          XACKDEL where the server has it, else XACK + XDEL, decided here; see lib/fence.lua)
 --
 -- Admission (pause, then the rate limit) is checked before anything is claimed; the rate limit
 -- lowers COUNT to the permits left in the current window. Entries whose _respire.job.expires_at
@@ -24,10 +25,11 @@
 local ready, control = KEYS[1], KEYS[2]
 local group, consumer = ARGV[1], ARGV[2]
 local count = tonumber(ARGV[3])
-local mode = ARGV[4] or 'ack'
-if not count or count < 1 or count > 1000 or not respire_ack_mode_ok(mode) then
-  return redis.error_reply('RESPIRE_ARGUMENT read count or acknowledgement mode out of range')
+if not count or count < 1 or count > 1000 then
+  return redis.error_reply('RESPIRE_ARGUMENT read count out of range')
 end
+local mode, merr = respire_ack_mode(ready, group, ARGV[4] or 'ack')
+if not mode then return merr end
 local status, allowed, window = respire_admit(control, count)
 if status == 'paused' then return {'paused'} end
 if status == 'limited' then return {'limited', allowed} end

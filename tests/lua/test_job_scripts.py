@@ -502,7 +502,7 @@ async def test_recover_dead_letters_past_the_limit(client: RedisClient, keys: Jo
     assert await pending(client, keys) == []
     (letter,) = await client.execute("XRANGE", keys.dead, "-", "+")
     fields = pairs(letter[1])
-    assert fields["_respire.reason"] == b"delivery-limit" and fields["_respire.attempt"] == b"2"
+    assert fields["_respire.reason"] == b"delivery-limit" and fields["_respire.attempt"] == b"1"
     (event,) = await client.execute("XRANGE", keys.events, "-", "+")
     assert pairs(event[1])["reason"] == b"delivery-limit"
 
@@ -668,10 +668,10 @@ async def test_promote_then_retry_preserves_the_envelope(
     await create_group(client, keys)
     ((entry, fields),) = (await read(client, keys, "c1"))[1]
     reply = await RETRY(
-        client, (keys.ready, keys.scheduled, keys.due), (GROUP, "c1", "xdel", 1, entry, 1, 0)
+        client, (keys.ready, keys.scheduled, keys.due), (GROUP, "c1", "delete", 1, entry, 1, 0)
     )
     assert [int(x) for x in reply] == [1]
-    assert await xlen(client, keys.ready) == 0  # xdel mode deleted the acknowledged entry
+    assert await xlen(client, keys.ready) == 0  # "delete": XACK + XDEL here (no XACKDEL)
     ((_, staged),) = await client.execute("XRANGE", keys.scheduled, "-", "+")
     before, after = pairs(fields), pairs(staged)
     assert after.pop("_respire.job.attempts") == b"1"
