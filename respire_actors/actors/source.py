@@ -19,7 +19,7 @@ from ..redis.scripts import load
 from ._util import field_map, text
 from .messages import Completion, Delivery
 
-ReadStatus = Literal["ok", "empty", "paused", "limited"]
+ReadStatus = Literal["ok", "empty", "paused", "limited", "recover"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +35,7 @@ class ReadResult:
     last_id: str = "0-0"
     retry_after_ms: int = 0
     expired: int = 0  # entries past their TTL, acknowledged by the read instead of delivered
+    pace_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +69,10 @@ class Source(Protocol):
         the group at ``on_missing``; never at ``0``."""
         ...
 
-    async def read(self, consumer: str, count: int) -> ReadResult: ...
+    async def read(self, consumer: str, count: int, min_idle_ms: int) -> ReadResult:
+        """Admit up to ``count`` new entries. ``min_idle_ms`` is the visibility timeout: a
+        source with a rate policy answers ``recover`` while an entry is idle that long."""
+        ...
 
     async def claim(
         self, consumer: str, mode: str, cursor: str, count: int, min_idle_ms: int, limit: int

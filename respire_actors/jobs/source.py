@@ -90,20 +90,23 @@ class JobSource:
                 "JobQueue.set_rate_limit or configure the stored policy"
             )
 
-    async def read(self, consumer: str, count: int) -> ReadResult:
+    async def read(self, consumer: str, count: int, min_idle_ms: int = 0) -> ReadResult:
         reply = await _JOB_READ(
             self.client,
             (self.keys.ready, self.keys.control),
-            (self.group, consumer, count, self.settle),
+            (self.group, consumer, count, self.settle, min_idle_ms),
         )
         status = text(reply[0])
         if status == "ok":
             expired = int(reply[2]) if len(reply) > 2 else 0
-            return ReadResult("ok", deliveries_from_read(reply[1]), expired=expired)
+            pace = int(reply[3]) if len(reply) > 3 else 0
+            return ReadResult("ok", deliveries_from_read(reply[1]), expired=expired, pace_ms=pace)
         if status == "empty":
             return ReadResult("empty", last_id=text(reply[1]))
         if status == "limited":
             return ReadResult("limited", retry_after_ms=int(reply[1]))
+        if status == "recover":
+            return ReadResult("recover", last_id=text(reply[1]), pace_ms=int(reply[2]))
         return ReadResult("paused")
 
     async def claim(

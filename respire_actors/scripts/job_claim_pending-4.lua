@@ -16,6 +16,8 @@
 --
 -- Admission (pause, then the rate limit, which lowers the page size to the permits left) is
 -- checked before anything is claimed, so a denied page changes no entry and counts no attempt.
+-- When the window has no permits left but the page would find nothing to claim, the pass is
+-- reported complete ({'ok', '0-0', {}, 0, 0, 0}) instead of 'limited'.
 -- Returns {'paused'}, {'limited', retry_after_ms} or
 -- {'ok', next_cursor, claimed, deleted_count, dead_count, expired_count} where claimed is a list
 -- of {id, fields, deliveries}. Entries whose handlers already had the delivery limit (prior
@@ -45,7 +47,15 @@ local ack_mode, merr = respire_ack_mode(ready, group, ARGV[8] or 'ack')
 if not ack_mode then return merr end
 local status, allowed, window = respire_admit(control, count)
 if status == 'paused' then return {'paused'} end
-if status == 'limited' then return {'limited', allowed} end
+if status == 'limited' then
+  -- A page with nothing to claim needs no permit: the pass is simply complete (a new worker's
+  -- empty replay must not wait for a window with permits left).
+  if redis.call('EXISTS', ready) == 0
+     or not respire_claim_peek(ready, group, consumer, mode, min_idle, cursor) then
+    return {'ok', '0-0', {}, 0, 0, 0}
+  end
+  return {'limited', allowed}
+end
 count = allowed
 local err = respire_preflight(
   {{ready, 'stream'}, {events, 'stream'}, {dead, 'stream'}},

@@ -190,7 +190,7 @@ class StreamSource:
     async def restore_group(self, on_missing: str) -> None:
         await recreate_group(self.client, self.stream_key, self.group, on_missing)
 
-    async def read(self, consumer: str, count: int) -> ReadResult:
+    async def read(self, consumer: str, count: int, min_idle_ms: int = 0) -> ReadResult:
         reply = await _READ(self.client, (self.stream_key,), (self.group, consumer, count))
         if text(reply[0]) == "ok":
             return ReadResult("ok", deliveries_from_read(reply[1]))

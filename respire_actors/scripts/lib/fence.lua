@@ -99,7 +99,18 @@ local function respire_admit(control, wanted)
   end
   local allowed = limit - used
   if wanted < allowed then allowed = wanted end
-  return 'ok', allowed, {start, used}
+  return 'ok', allowed, {start, used, limit, window}
+end
+
+-- Under a rate policy (state from respire_admit), a reader takes at most a tenth of the window's
+-- permits per call, and should wait `pace` ms (a tenth of the window) before its next read, so
+-- one busy process cannot take a whole window in its first milliseconds and a worker joining a
+-- saturated queue gets turns. Returns the capped count and the pace (0 without a policy).
+local function respire_admit_slice(state, allowed)
+  if not state then return allowed, 0 end
+  local slice = math.ceil(state[3] / 10)
+  if allowed > slice then allowed = slice end
+  return allowed, math.ceil(state[4] * slice / state[3])
 end
 
 -- The ACL probes an admission that may record usage needs.
