@@ -191,3 +191,36 @@ async def test_a_composed_tree_deletes_acknowledged_entries(
     assert sum(seen.values()) == 3
     assert await xlen(client, queue.keys.ready) == 0
     assert await pending_count(client, queue.keys) == 0
+
+
+async def test_a_completion_that_meets_a_vanished_group_stops_the_worker(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    release = anyio.Event()
+    started = anyio.Event()
+
+    async def handler(job: Job[str]) -> Any:
+        started.set()
+        await release.wait()
+        return None
+
+    await queue.enqueue("a", "x")
+    worker = Worker()
+    worker.register(queue.name, handler, StrCodec(), fast_options())
+    errors: list[BaseException] = []
+
+    async def run(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        try:
+            await worker.run(client, task_status=task_status)
+        except ConsumerGroupMissing as exc:
+            errors.append(exc)
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            await tg.start(run)
+            await started.wait()
+            await client.execute("XGROUP", "DESTROY", queue.keys.ready, CONSUMER_GROUP)
+            release.set()  # its completion finds no group: stale, and the worker stops
+            await wait_until(lambda: bool(errors))
+    assert worker.statistics(queue.name).stale_completions == 1
+    assert not await client.execute("XINFO", "GROUPS", queue.keys.ready)  # not recreated
