@@ -11,6 +11,7 @@ from streams_helpers import (
     fast_options,
     groups,
     ordered,
+    pairs,
     pending_rows,
     running,
     stats,
@@ -203,3 +204,19 @@ async def test_recreate_missing_group_dollar_lets_a_stream_worker_go_on(
         await wait_until(lambda: late in [e.id for e in seen])
     ids = [e.id for e in seen]
     assert ids.count(before[0]) == ids.count(before[1]) == 1
+
+
+async def test_a_clean_shutdown_removes_the_stream_workers_consumer(
+    client: RedisClient, unique_name: str
+) -> None:
+    stream = unique_name
+    await add_many(client, stream, 2)
+    _seen, handler = recorder()
+    async with running(client, stream, handler) as worker:
+        await wait_until(lambda: stats(worker, stream).acked == 2)
+        me = worker.consumer_name(stream)
+        rows = await client.execute("XINFO", "CONSUMERS", stream, "respire")
+        names = [text(pairs(row)["name"]) for row in rows]
+        assert me in names
+    assert await client.execute("XINFO", "CONSUMERS", stream, "respire") == []
+    assert stats(worker, stream).consumers_removed == 1
