@@ -9,6 +9,7 @@ from .embedded import EmbeddedConfig, open_embedded_server, run_embedded_server
 from .errors import (
     CommandTimeout,
     ConfigurationError,
+    ConsumerGroupMissing,
     EmbeddedServerError,
     PermissionDenied,
     RedisUnavailable,
@@ -65,6 +66,7 @@ __all__ = [
     "Codec",
     "CommandTimeout",
     "ConfigurationError",
+    "ConsumerGroupMissing",
     "ConnectionSettings",
     "DeadLetter",
     "DeadLetterReason",

@@ -5,6 +5,7 @@
     RespireError
     ├── ValidationError (also ValueError)   bad input, raised before anything is sent to Redis
     ├── ConfigurationError                  a setting that cannot work (bad URL, mismatched policy)
+    │   └── ConsumerGroupMissing            a queue's consumer group vanished (never recreated at 0)
     ├── RedisUnavailable                    cannot reach the server, or the connection dropped
     │   └── CommandTimeout (also TimeoutError)  no reply within the command timeout
     ├── UnsupportedServer                   the server is older than Redis 7.0
@@ -34,6 +35,24 @@ class ValidationError(RespireError, ValueError):
 
 class ConfigurationError(RespireError):
     """A setting cannot work: a malformed Redis URL, a policy that disagrees with Redis, ..."""
+
+
+class ConsumerGroupMissing(ConfigurationError):
+    """The consumer group of a queue (or stream) that already had one is gone: someone deleted
+    it (``XGROUP DESTROY``, a key rewrite, a restore of an older snapshot) under or between
+    running workers.
+
+    Recreating it at ``0`` would run every retained, already acknowledged entry again, so
+    workers stop instead. Find out why the group vanished; then either recreate it yourself at
+    the right id (``XGROUP CREATE <stream> <group> <id>``) or start the worker with
+    ``WorkerOptions(recreate_missing_group="$")`` (only entries added from now on) or an
+    explicit entry id. ``stream`` and ``group`` name what is missing.
+    """
+
+    def __init__(self, message: str, *, stream: str = "", group: str = "") -> None:
+        super().__init__(message)
+        self.stream = stream
+        self.group = group
 
 
 class RedisUnavailable(RespireError):

@@ -12,7 +12,8 @@ import anyio.abc
 
 from supervisors import MailboxClosed, current_child
 
-from ..errors import RedisUnavailable
+from ..errors import RedisUnavailable, ServerError
+from .intake import group_lost
 from .messages import Completion
 from .runtime import QueueRuntime, log
 
@@ -32,6 +33,13 @@ async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
             log.warning("completing %d deliveries of %s: %s; retrying", len(batch), rt.name, exc)
             await anyio.sleep(backoff)
             backoff = min(backoff * 2, 3.2)
+        except ServerError as exc:
+            if exc.code != "NOGROUP":
+                raise
+            # The group vanished with its pending entries: nothing can be committed (stale).
+            await group_lost(rt)
+            statuses = [0] * len(batch)
+            break
     rt.stats.completion_batches += 1
     for c, status in zip(batch, statuses, strict=True):
         if not status:

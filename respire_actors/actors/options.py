@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import socket
 import uuid
 from dataclasses import dataclass, field
@@ -34,6 +35,28 @@ def duration_ms(value: timedelta | float | int, *, what: str, allow_zero: bool =
     if ms > MAX_MS:
         raise ValidationError(f"{what} must be at most {MAX_MS} ms (about 24.8 days)")
     return ms
+
+
+# ASCII digits only, matched in full: ``\d`` would admit other scripts' digits and ``$``
+# a trailing newline, both of which the server rejects.
+_ID = re.compile(r"([0-9]+)(?:-([0-9]+))?")
+_U64 = 2**64 - 1
+
+
+def is_entry_id(value: str) -> bool:
+    """True for a stream entry id (``ms`` or ``ms-seq``, each part a 64-bit unsigned integer)."""
+    match = _ID.fullmatch(value)
+    return match is not None and all(int(p) <= _U64 for p in match.groups() if p is not None)
+
+
+def validate_recreate_missing_group(value: object) -> str:
+    """``"fail"`` (default), ``"$"`` or an entry id such as ``"1700000000000-0"``."""
+    if not isinstance(value, str) or not (value in ("fail", "$") or is_entry_id(value)):
+        raise ValidationError(
+            "recreate_missing_group must be 'fail', '$' or a stream entry id like "
+            f"'1700000000000-0', got {value!r}"
+        )
+    return value
 
 
 def default_consumer_name() -> str:
@@ -86,6 +109,14 @@ class WorkerOptions:
     poll_interval:       longest blocking wait; paused readers re-check this often
     shutdown_grace:      how long running handlers may finish at shutdown before cancellation
     logs:                per-job log limits
+    recreate_missing_group: what to do when the consumer group of a queue that had one is gone:
+                         ``"fail"`` (default: stop with :class:`ConsumerGroupMissing`, never
+                         replay acknowledged history), ``"$"`` (recreate it for new entries
+                         only) or an entry id to recreate it at
+    recovery_max_pages:  most recovery pages one pass claims (1-1000); the pass then yields to
+                         the reader and the next pass continues from where this one stopped
+    consumer_idle_timeout: the sweeper removes other consumers of the group that have been idle
+                         this long and have nothing pending (None: never)
     """
 
     consumer_count: int = 16
@@ -100,8 +131,20 @@ class WorkerOptions:
     poll_interval: timedelta = timedelta(seconds=1)
     shutdown_grace: timedelta = timedelta(seconds=10)
     logs: LogPolicy = field(default_factory=LogPolicy)
+    recreate_missing_group: str = "fail"
+    recovery_max_pages: int = 4
+    consumer_idle_timeout: timedelta | None = timedelta(days=1)
 
     def __post_init__(self) -> None:
+        validate_recreate_missing_group(self.recreate_missing_group)
+        if (
+            isinstance(self.recovery_max_pages, bool)
+            or not isinstance(self.recovery_max_pages, int)
+            or not 1 <= self.recovery_max_pages <= 1000
+        ):
+            raise ValidationError("recovery_max_pages must be from 1 to 1000")
+        if self.consumer_idle_timeout is not None:
+            duration_ms(self.consumer_idle_timeout, what="consumer_idle_timeout")
         if (
             isinstance(self.consumer_count, bool)
             or not isinstance(self.consumer_count, int)

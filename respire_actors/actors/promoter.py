@@ -3,8 +3,10 @@
 One ``job_promote`` call per pass moves at most ``scheduling_batch_size`` jobs, oldest due first,
 that batch ordered by descending priority. The script is the whole transition, so a crash or a
 lost reply leaves each job either staged or ready, never both and never twice. After a full batch
-the next pass runs at once; otherwise the promoter sleeps until the next staged job is due, but
-never longer than the scheduling poll interval (jobs staged by other clients are found by then).
+the promoter still waits a whole scheduling poll interval, so each reader's promoter moves at most
+``scheduling_batch_size`` jobs per poll interval: a due backlog reaches the ready stream at a
+bounded rate instead of flooding it. Otherwise the promoter sleeps until the next staged job is
+due, but never longer than the poll interval (jobs staged by other clients are found by then).
 Promotion continues while the queue is paused: pause governs deliveries, not scheduling.
 """
 
@@ -12,7 +14,6 @@ from __future__ import annotations
 
 import anyio
 import anyio.abc
-import anyio.lowlevel
 
 from supervisors import current_child
 
@@ -22,11 +23,10 @@ from .source import PromotingSource
 
 
 def next_wait_ms(promoted: int, batch_size: int, next_due_ms: int, poll_ms: int) -> int:
-    """How long to sleep after a pass (pure): 0 after a full batch or when more is due now,
-    else until the next due job, capped by the poll interval."""
-    if promoted >= batch_size or next_due_ms == 0:
-        return 0
-    if next_due_ms < 0:
+    """How long to sleep after a pass (pure): a whole poll interval after a full batch or when
+    more is due now (at most one batch per poll interval), else until the next due job, capped
+    by the poll interval. Never 0: a due backlog must not make the promoter spin."""
+    if promoted >= batch_size or next_due_ms <= 0:
         return poll_ms
     return min(poll_ms, next_due_ms)
 
@@ -65,7 +65,4 @@ async def run_promoter(
             )
         wait = next_wait_ms(result.promoted, batch, result.next_due_ms, poll_ms)
         with ctx.stop_scope():
-            if wait:
-                await anyio.sleep(wait / 1000)
-            else:
-                await anyio.lowlevel.checkpoint()
+            await anyio.sleep(wait / 1000)

@@ -4,6 +4,14 @@ Per turn: take permits (waiting for at least one), run ``job_read`` (queue check
 non-blocking XREADGROUP in one script), hand the entries to the runners, return unused permits.
 When nothing is ready the reader waits with a non-claiming ``XREAD BLOCK`` on its own connection,
 so cancelling that wait never strands a delivery; it wakes at least every poll interval.
+
+Under a queue-wide rate limit the readers of all processes share each window: one read takes at
+most a tenth of the window's permits and the reader then waits a tenth of the window (jittered,
+at most a poll interval) before the next, and a denied reader sleeps to the window's end plus a
+random spread, so no process takes a whole window in its first milliseconds and a worker that
+joins a saturated queue gets turns. Recovery precedes new reads there: while an entry is idle
+past the visibility timeout the read answers ``recover`` and the reader claims it with its
+permits instead of taking a new job.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ import anyio.abc
 from supervisors import current_child
 
 from ..errors import RedisUnavailable, ServerError
+from .intake import dispatch_page, group_lost, jittered
 from .options import duration_ms
 from .runtime import QueueRuntime, log
 
@@ -26,9 +35,24 @@ async def run_reader(
     if rt.queue_options is not None:
         # Blocked readers wake at least every scheduling poll interval.
         poll_ms = min(poll_ms, rt.queue_options.poll_ms)
-    await rt.ensure_group()
     task_status.started()
     backoff = 0.05
+
+    async def pause(seconds: float) -> None:
+        with ctx.stop_scope():
+            await anyio.sleep(seconds)
+
+    async def pace(pace_ms: int) -> None:
+        if pace_ms > 0:
+            p = min(pace_ms, poll_ms) / 1000
+            await pause(jittered(p / 2, p / 2))
+
+    async def denied(retry_after_ms: int) -> None:
+        wait = poll_ms / 1000
+        if retry_after_ms > 0:
+            wait = min(poll_ms, retry_after_ms) / 1000
+        await pause(jittered(wait, min(0.1, poll_ms / 4000)))
+
     with ctx.stop_scope():
         await rt.replay_done.wait()  # pending replay precedes new reads
     async with rt.client.open_blocking() as blocking:
@@ -42,13 +66,22 @@ async def run_reader(
             try:
                 # Shielded: a read cancelled mid-flight would strand its entries until recovery.
                 with anyio.CancelScope(shield=True):
-                    result = await rt.source.read(rt.consumer, taken)
+                    result = await rt.source.read(rt.consumer, taken, rt.visibility_ms)
+                    if result.status == "recover":
+                        page = await rt.source.claim(
+                            rt.consumer,
+                            "recover",
+                            result.last_id,
+                            taken,
+                            rt.visibility_ms,
+                            rt.delivery_limit,
+                        )
             except ServerError as exc:
                 rt.admission.release(taken)
                 if exc.code == "NOGROUP":
-                    log.warning("consumer group of %s vanished; recreating it", rt.name)
-                    await rt.ensure_group()
-                    continue
+                    if await group_lost(rt):
+                        continue
+                    break
                 raise
             except RedisUnavailable as exc:
                 rt.admission.release(taken)
@@ -56,6 +89,9 @@ async def run_reader(
                 await anyio.sleep(backoff)
                 backoff = min(backoff * 2, 3.2)
                 continue
+            except BaseException:
+                rt.admission.release(taken)
+                raise
             backoff = 0.05
             rt.stats.read_calls += 1
             if result.status == "ok":
@@ -66,6 +102,16 @@ async def run_reader(
                 for delivery in result.deliveries:
                     delivery.received_at = now
                     rt.deliveries.send_nowait(delivery)
+                await pace(result.pace_ms)
+                continue
+            if result.status == "recover":
+                if page.denied:
+                    rt.admission.release(taken)
+                    rt.stats.denied_claims += 1
+                    await denied(page.retry_after_ms)
+                else:
+                    dispatch_page(rt, "recover", page, taken)
+                    await pace(result.pace_ms)
                 continue
             rt.admission.release(taken)
             if result.status in ("paused", "limited"):
@@ -73,11 +119,7 @@ async def run_reader(
                     rt.stats.paused_reads += 1
                 else:
                     rt.stats.rate_limited_reads += 1
-                wait_ms = poll_ms
-                if result.retry_after_ms > 0:
-                    wait_ms = min(poll_ms, result.retry_after_ms)
-                with ctx.stop_scope():
-                    await anyio.sleep(wait_ms / 1000)
+                await denied(result.retry_after_ms)
                 continue
             # empty: wait for an entry newer than the last one, without claiming it
             with ctx.stop_scope():
@@ -94,3 +136,6 @@ async def run_reader(
                     )
                 except RedisUnavailable:
                     await anyio.sleep(backoff)
+    if rt.stopping.is_set() and not ctx.stop_requested:
+        with ctx.stop_scope():  # a fatal error is stopping the tree; no restart wanted
+            await anyio.sleep_forever()

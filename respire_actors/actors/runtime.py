@@ -53,6 +53,7 @@ class WorkerStatistics:
     promotion_passes: int = 0
     expired_staged: int = 0
     missing_staged: int = 0
+    consumers_removed: int = 0
 
 
 @dataclass(slots=True)
@@ -81,6 +82,8 @@ class QueueRuntime:
     # Set once the sweeper's startup replay is over (or skipped); the reader admits nothing
     # before, so replay can never re-claim an entry the reader has just delivered.
     replay_done: anyio.Event = field(default_factory=anyio.Event)
+    # Called with an error that must stop the whole worker (a vanished consumer group).
+    on_fatal: Callable[[BaseException], None] | None = None
 
     @property
     def job_keys(self) -> JobQueueKeys:
@@ -103,8 +106,21 @@ class QueueRuntime:
         return self.source.name
 
     async def ensure_group(self) -> None:
-        """Create the consumer group if missing (BUSYGROUP is success)."""
-        await self.source.ensure_group()
+        """Start-up: create the consumer group of a new stream (see ``Source.ensure_group``)."""
+        await self.source.ensure_group(self.options.recreate_missing_group)
+
+    async def restore_group(self) -> None:
+        """After NOGROUP: raise :class:`ConsumerGroupMissing` or recreate the group as the
+        options say; never at ``0``."""
+        await self.source.restore_group(self.options.recreate_missing_group)
+
+    def fail(self, exc: BaseException) -> None:
+        """Stop this registration's intake for good and report ``exc`` to the host (which
+        stops the worker and raises it from ``run``)."""
+        log.error("%s: %s", self.name, exc)
+        self.stopping.set()
+        if self.on_fatal is not None:
+            self.on_fatal(exc)
 
 
 __all__ = ["Completion", "Handler", "QueueRuntime", "WorkerStatistics", "log"]

@@ -13,12 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from ..errors import ServerError
+from ..errors import ConsumerGroupMissing, ServerError
 from ..redis.client import RedisClient
+from ..redis.scripts import load
 from ._util import field_map, text
 from .messages import Completion, Delivery
 
-ReadStatus = Literal["ok", "empty", "paused", "limited"]
+ReadStatus = Literal["ok", "empty", "paused", "limited", "recover"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,7 @@ class ReadResult:
     last_id: str = "0-0"
     retry_after_ms: int = 0
     expired: int = 0  # entries past their TTL, acknowledged by the read instead of delivered
+    pace_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,9 +58,21 @@ class Source(Protocol):
     name: str
     stream_key: str
 
-    async def ensure_group(self) -> None: ...
+    async def ensure_group(self, on_missing: str) -> None:
+        """At start: create the group of a new stream; for a group that existed and vanished,
+        raise :class:`ConsumerGroupMissing` (``on_missing == "fail"``) or recreate it at
+        ``on_missing`` (``"$"`` or an entry id)."""
+        ...
 
-    async def read(self, consumer: str, count: int) -> ReadResult: ...
+    async def restore_group(self, on_missing: str) -> None:
+        """A running consumer was told NOGROUP: raise :class:`ConsumerGroupMissing` or recreate
+        the group at ``on_missing``; never at ``0``."""
+        ...
+
+    async def read(self, consumer: str, count: int, min_idle_ms: int) -> ReadResult:
+        """Admit up to ``count`` new entries. ``min_idle_ms`` is the visibility timeout: a
+        source with a rate policy answers ``recover`` while an entry is idle that long."""
+        ...
 
     async def claim(
         self, consumer: str, mode: str, cursor: str, count: int, min_idle_ms: int, limit: int
@@ -74,6 +88,44 @@ async def create_group(client: RedisClient, stream: str, group: str, start: str)
     except ServerError as exc:
         if exc.code != "BUSYGROUP":
             raise
+
+
+def group_missing(stream: str, group: str) -> ConsumerGroupMissing:
+    """The error a consumer stops with when its group vanished."""
+    return ConsumerGroupMissing(
+        f"the consumer group {group!r} of {stream!r} is gone (deleted under or between running "
+        "workers); it is not recreated at '0' because that would run every retained, already "
+        "acknowledged entry again. Recreate it yourself at the right id (XGROUP CREATE), or "
+        "start the worker with recreate_missing_group='$' (new entries only) or an entry id",
+        stream=stream,
+        group=group,
+    )
+
+
+async def recreate_group(client: RedisClient, stream: str, group: str, on_missing: str) -> None:
+    """``restore_group`` for a plain stream: raise, or recreate at ``on_missing``."""
+    if on_missing == "fail":
+        raise group_missing(stream, group)
+    await create_group(client, stream, group, on_missing)
+
+
+_CONSUMER_CLEANUP = load("consumer_cleanup")
+
+
+async def remove_consumer(client: RedisClient, stream: str, group: str, consumer: str) -> bool:
+    """Remove ``consumer`` from the group if it has nothing pending (one script: a delivery
+    cannot slip in between the check and XGROUP DELCONSUMER, which would drop it)."""
+    reply = await _CONSUMER_CLEANUP(client, (stream,), (group, "self", consumer))
+    return int(reply) == 1
+
+
+async def remove_idle_consumers(
+    client: RedisClient, stream: str, group: str, consumer: str, idle_ms: int
+) -> int:
+    """Remove the group's other consumers idle at least ``idle_ms`` with nothing pending;
+    returns how many were removed."""
+    reply = await _CONSUMER_CLEANUP(client, (stream,), (group, "idle", consumer, idle_ms))
+    return int(reply)
 
 
 def deliveries_from_read(entries: Sequence[Any]) -> list[Delivery]:
@@ -105,6 +157,15 @@ class PromotionResult:
     expired: int
     missing: int
     next_due_ms: int
+
+
+@runtime_checkable
+class PreparingSource(Protocol):
+    """A source with start-up checks (a stored policy to compare, ...). The consumer tree's
+    first child runs them on every start, so a tree composed into another supervisor cannot
+    skip them. Must be safe to repeat; raises :class:`ConfigurationError` to refuse the start."""
+
+    async def prepare(self) -> None: ...
 
 
 @runtime_checkable

@@ -13,23 +13,33 @@ import anyio.abc
 
 from supervisors import current_child
 
-from ..errors import RedisUnavailable
+from ..errors import RedisUnavailable, ServerError
+from .intake import dispatch_page, group_lost, jittered
 from .options import duration_ms
 from .runtime import QueueRuntime, log
+from .source import remove_idle_consumers
 
 
-async def _pass(rt: QueueRuntime, mode: str) -> bool:
-    """One pass, page by page; True when it completed (cursor back to 0-0)."""
+async def _pass(rt: QueueRuntime, mode: str, cursor: str) -> tuple[bool, str]:
+    """One pass, page by page, from ``cursor``. Returns (complete, cursor to resume from):
+    complete when the cursor came back to 0-0. A recovery pass stops after
+    ``recovery_max_pages`` pages (the next pass resumes where it stopped, after the recovery
+    interval, so fresh jobs get read turns in between) or at a denied page. A replay page denied
+    by the rate limit is retried after the rest of the window (jittered): the reader waits for
+    replay, and a page with nothing to claim is never denied."""
     ctx = current_child()
-    cursor = "0-0"
     page_max = rt.options.recovery_page_size
+    pages = 0
+    poll = duration_ms(rt.options.poll_interval, what="poll_interval") / 1000
     while not ctx.stop_requested:
+        if mode == "recover" and pages >= rt.options.recovery_max_pages:
+            return False, cursor
         taken = 0  # a stop request may cancel the wait before anything is taken
         with ctx.stop_scope():
             taken = await rt.admission.take(page_max)
         if ctx.stop_requested:
             rt.admission.release(taken)
-            return False
+            return False, cursor
         try:
             with anyio.CancelScope(shield=True):
                 result = await rt.source.claim(
@@ -38,27 +48,21 @@ async def _pass(rt: QueueRuntime, mode: str) -> bool:
         except BaseException:
             rt.admission.release(taken)
             raise
+        pages += 1
         if result.denied:
             rt.admission.release(taken)
             rt.stats.denied_claims += 1
-            return False
-        next_cursor = result.next_cursor
-        rt.stats.cleared_deleted_refs += result.cleared_deleted
-        rt.stats.dead_lettered_by_recovery += result.dead_lettered
-        rt.stats.expired += result.expired
-        rt.admission.release(taken - len(result.deliveries))
-        now = anyio.current_time()
-        for delivery in result.deliveries:
-            if mode == "replay":
-                rt.stats.replayed += 1
-            else:
-                rt.stats.recovered += 1
-            delivery.received_at = now
-            rt.deliveries.send_nowait(delivery)
-        if next_cursor == "0-0":
-            return True
-        cursor = next_cursor
-    return False
+            if mode == "replay" and result.retry_after_ms > 0:
+                wait = min(poll, result.retry_after_ms / 1000)
+                with ctx.stop_scope():
+                    await anyio.sleep(jittered(wait, min(0.1, poll / 4)))
+                continue
+            return False, cursor
+        dispatch_page(rt, mode, result, taken)
+        if result.next_cursor == "0-0":
+            return True, "0-0"
+        cursor = result.next_cursor
+    return False, cursor
 
 
 async def run_sweeper(
@@ -66,7 +70,6 @@ async def run_sweeper(
 ) -> None:
     ctx = current_child()
     interval = duration_ms(rt.options.recovery_interval, what="recovery_interval") / 1000
-    await rt.ensure_group()
     # Replay re-claims every entry pending for this consumer name, so it must only see entries
     # delivered before this run: the reader (started after us) waits for replay_done, and a
     # restarted sweeper skips replay because its consumer's pending entries are in flight in the
@@ -78,12 +81,54 @@ async def run_sweeper(
         mode = "recover"
         rt.replay_done.set()  # the reader may be waiting on it, if replay had not finished
     task_status.started()
+    idle_ms = (
+        None
+        if rt.options.consumer_idle_timeout is None
+        else duration_ms(rt.options.consumer_idle_timeout, what="consumer_idle_timeout")
+    )
+    # Idle consumers are looked for at most once a minute (or once per idle timeout, if
+    # shorter): XINFO CONSUMERS lists them all.
+    cleanup_every = None if idle_ms is None else max(interval, min(60.0, idle_ms / 1000))
+    next_cleanup = anyio.current_time()
+    cursor = "0-0"  # a bounded recovery pass resumes where the previous one stopped
     while not ctx.stop_requested:
+        if (
+            idle_ms is not None
+            and cleanup_every is not None
+            and anyio.current_time() >= next_cleanup
+        ):
+            next_cleanup = anyio.current_time() + cleanup_every
+            await _remove_idle_consumers(rt, idle_ms)
         try:
-            if await _pass(rt, mode):
+            complete, cursor = await _pass(rt, mode, cursor)
+            if complete and mode == "replay":
                 mode = "recover"
                 rt.replay_done.set()
         except RedisUnavailable as exc:
             log.warning("recovery for %s: %s", rt.name, exc)
+        except ServerError as exc:
+            if exc.code != "NOGROUP":
+                raise
+            if not await group_lost(rt):
+                rt.replay_done.set()
+                with ctx.stop_scope():  # the host is stopping the tree; no restart wanted
+                    await anyio.sleep_forever()
+                return
         with ctx.stop_scope():
             await anyio.sleep(interval)
+
+
+async def _remove_idle_consumers(rt: QueueRuntime, idle_ms: int) -> None:
+    """Remove other consumers idle past ``consumer_idle_timeout`` with nothing pending (dead
+    processes, or ones that stopped without cleaning up)."""
+    try:
+        with anyio.CancelScope(shield=True):
+            removed = await remove_idle_consumers(
+                rt.client, rt.source.stream_key, rt.group, rt.consumer, idle_ms
+            )
+    except (RedisUnavailable, ServerError) as exc:
+        log.warning("removing idle consumers of %s: %s", rt.name, exc)
+        return
+    if removed:
+        rt.stats.consumers_removed += removed
+        log.info("%s: removed %d idle consumers with nothing pending", rt.name, removed)

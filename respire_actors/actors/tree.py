@@ -8,14 +8,56 @@ from collections.abc import Sequence
 import anyio
 import anyio.abc
 
-from supervisors import Backoff, ChildSpec, Restart, Supervisor, SupervisorSnapshot
+from supervisors import (
+    Backoff,
+    ChildSpec,
+    Restart,
+    StartError,
+    Supervisor,
+    SupervisorError,
+    SupervisorSnapshot,
+    current_child,
+)
 
+from ..errors import RespireError
+from ..startup import retry_while_loading
 from .completer import run_completer
 from .options import duration_ms
 from .reader import run_reader
 from .runner import run_runner_pool
-from .runtime import QueueRuntime, WorkerStatistics
+from .runtime import QueueRuntime, WorkerStatistics, log
+from .source import PreparingSource, remove_consumer
 from .sweeper import run_sweeper
+
+
+async def run_membership(
+    rt: QueueRuntime, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """This consumer's membership of its group, as the first child of the registration's
+    supervisor (started first, stopped last).
+
+    At start it runs the start-up checks, so a tree from ``build()`` composed into any
+    supervisor runs them with no second entry point to forget: it creates the consumer group of
+    a new stream (a vanished one raises :class:`ConsumerGroupMissing` unless
+    ``recreate_missing_group`` says otherwise), then the source's own checks (a job queue's
+    stored rate policy). Steps refused with ``LOADING`` are repeated; any other failure fails
+    the start. At a graceful stop, once every other child has stopped (the completer has
+    committed what finished), it removes this process's consumer from the group if nothing is
+    pending for it, so restarts do not add consumers forever; deliveries left pending keep the
+    consumer for recovery."""
+    ctx = current_child()
+    await retry_while_loading(rt.ensure_group)
+    if isinstance(rt.source, PreparingSource):
+        await retry_while_loading(rt.source.prepare)
+    task_status.started()
+    with ctx.stop_scope():
+        await anyio.sleep_forever()
+    try:
+        with anyio.CancelScope(shield=True):
+            if await remove_consumer(rt.client, rt.source.stream_key, rt.group, rt.consumer):
+                rt.stats.consumers_removed += 1
+    except RespireError as exc:
+        log.warning("%s: could not remove consumer %s at shutdown: %s", rt.name, rt.consumer, exc)
 
 
 def consumer_supervisor(
@@ -25,15 +67,18 @@ def consumer_supervisor(
     recovery: bool = True,
     before_reader: Sequence[ChildSpec] = (),
 ) -> Supervisor:
-    """``completer, runners, [sweeper], *before_reader, reader`` under one_for_one.
+    """``membership, completer, runners, [sweeper], *before_reader, reader`` under one_for_one.
 
-    Started in that order and stopped in reverse: intake stops first, runners get the shutdown
+    ``membership`` runs the start-up checks and, at a graceful stop, removes this consumer from
+    the group when nothing is pending for it (see :func:`run_membership`). Started in that
+    order and stopped in reverse: intake stops first, runners get the shutdown
     grace, the completer drains last. Without ``recovery`` no sweeper runs (no startup replay,
     no visibility recovery), and the reader does not wait for a replay.
     """
     grace = duration_ms(rt.options.shutdown_grace, what="shutdown_grace", allow_zero=True) / 1000
     io = rt.client.settings.command_timeout + 1
     children = [
+        ChildSpec("membership", run_membership, rt, shutdown=io),
         ChildSpec("completer", run_completer, rt, shutdown=grace + 2 * io),
         ChildSpec("runners", run_runner_pool, rt, shutdown=grace),
     ]
@@ -56,6 +101,15 @@ class ConsumerHost:
         self.name = name
         self._runtimes: dict[str, QueueRuntime] = {}
         self._supervisor: Supervisor | None = None
+        self._fatal: BaseException | None = None
+
+    def _on_fatal(self, exc: BaseException) -> None:
+        """A registration hit an error no restart can fix: stop the whole tree; ``run``
+        raises it once the tree has stopped."""
+        if self._fatal is None:
+            self._fatal = exc
+        if self._supervisor is not None:
+            self._supervisor.request_stop()
 
     def _root(self, children: Sequence[Supervisor]) -> Supervisor:
         self._supervisor = Supervisor(
@@ -71,12 +125,23 @@ class ConsumerHost:
     ) -> None:
         try:
             await supervisor.run(task_status=task_status)
+        except StartError as exc:
+            # Report the registration's own error (a mismatched policy, a vanished group)
+            # rather than the supervisors' start errors wrapped around it.
+            cause: BaseException | None = exc
+            while isinstance(cause, SupervisorError) and cause.__cause__ is not None:
+                cause = cause.__cause__
+            if isinstance(cause, RespireError):
+                raise cause from exc
+            raise
         finally:
             # The tree has stopped: nothing sends or receives any more. Deliveries still
             # buffered were never started and stay pending in Redis for recovery.
             for rt in self._runtimes.values():
                 rt.deliveries.close()
                 rt.completions.close()
+        if self._fatal is not None:
+            raise self._fatal
 
     def request_stop(self) -> None:
         """Begin graceful shutdown (intake stops, handlers get their grace period)."""

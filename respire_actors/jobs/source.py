@@ -6,14 +6,16 @@ from collections.abc import Sequence
 
 from ..actors._util import text
 from ..actors.messages import Completion
+from ..actors.options import RateLimit
 from ..actors.source import (
     ClaimResult,
     PromotionResult,
     ReadResult,
     claim_result,
-    create_group,
     deliveries_from_read,
+    group_missing,
 )
+from ..errors import ConfigurationError
 from ..keys import JobQueueKeys
 from ..redis.client import Arg, RedisClient
 from ..redis.scripts import load
@@ -23,43 +25,88 @@ _JOB_CLAIM = load("job_claim_pending")
 _JOB_COMPLETE = load("job_complete")
 _JOB_RETRY = load("job_retry")
 _JOB_PROMOTE = load("job_promote")
+_JOB_GROUP = load("job_group")
+_RATE_POLICY = load("job_rate_policy")
 
 
 class JobSource:
     """The job queue's steps: ``job_read``, ``job_claim_pending``, ``job_complete`` (with
     ``job_retry`` for durable retries) and ``job_promote``.
 
-    ``ack_mode`` is how acknowledged entries are settled: ``"ack"`` (kept for trimming),
-    ``"xdel"`` (XACK + XDEL) or ``"ackdel"`` (XACKDEL ACKED, Redis 8.2+); the worker decides it
-    per server at start-up.
+    ``delete_acknowledged`` deletes ready entries once acknowledged. Only that wish is passed
+    to the scripts (``"delete"`` or ``"ack"``): each script decides per call whether the server
+    it runs on has XACKDEL (else XACK + XDEL), so nothing cached at start-up can go stale after
+    a failover to a different server version.
     """
 
-    def __init__(self, client: RedisClient, keys: JobQueueKeys, dead_key: str, group: str) -> None:
+    def __init__(
+        self,
+        client: RedisClient,
+        keys: JobQueueKeys,
+        dead_key: str,
+        group: str,
+        *,
+        delete_acknowledged: bool = False,
+        rate_limit: RateLimit | None = None,
+    ) -> None:
         self.client = client
         self.keys = keys
         self.dead_key = dead_key
         self.group = group
         self.name = keys.name
         self.stream_key = keys.ready
-        self.ack_mode = "ack"
+        self.settle = "delete" if delete_acknowledged else "ack"
+        self.rate_limit = rate_limit
 
-    async def ensure_group(self) -> None:
-        await create_group(self.client, self.keys.ready, self.group, "0")
+    async def _group(self, context: str, on_missing: str) -> None:
+        reply = await _JOB_GROUP(
+            self.client, (self.keys.ready, self.keys.control), (self.group, context, on_missing)
+        )
+        if text(reply[0]) == "missing":
+            raise group_missing(self.keys.ready, self.group)
 
-    async def read(self, consumer: str, count: int) -> ReadResult:
+    async def ensure_group(self, on_missing: str) -> None:
+        """``job_group``: a new queue gets its group at ``0`` (jobs enqueued before the first
+        worker run); a queue whose group vanished raises or is recreated at ``on_missing``."""
+        await self._group("start", on_missing)
+
+    async def restore_group(self, on_missing: str) -> None:
+        await self._group("lost", on_missing)
+
+    async def prepare(self) -> None:
+        """Start-up check: store the configured rate limit when Redis holds none, or compare it
+        with the stored one; :class:`ConfigurationError` on a mismatch. Safe to repeat."""
+        policy = self.rate_limit
+        if policy is None:
+            return
+        reply = await _RATE_POLICY(
+            self.client, (self.keys.control,), ("init", policy.permit_limit, policy.window_ms)
+        )
+        if text(reply[0]) == "mismatch":
+            raise ConfigurationError(
+                f"queue {self.name!r}: the worker's rate limit ({policy.permit_limit} per "
+                f"{policy.window_ms} ms) differs from the one stored in Redis "
+                f"({text(reply[1])} per {text(reply[2])} ms); change it with "
+                "JobQueue.set_rate_limit or configure the stored policy"
+            )
+
+    async def read(self, consumer: str, count: int, min_idle_ms: int = 0) -> ReadResult:
         reply = await _JOB_READ(
             self.client,
             (self.keys.ready, self.keys.control),
-            (self.group, consumer, count, self.ack_mode),
+            (self.group, consumer, count, self.settle, min_idle_ms),
         )
         status = text(reply[0])
         if status == "ok":
             expired = int(reply[2]) if len(reply) > 2 else 0
-            return ReadResult("ok", deliveries_from_read(reply[1]), expired=expired)
+            pace = int(reply[3]) if len(reply) > 3 else 0
+            return ReadResult("ok", deliveries_from_read(reply[1]), expired=expired, pace_ms=pace)
         if status == "empty":
             return ReadResult("empty", last_id=text(reply[1]))
         if status == "limited":
             return ReadResult("limited", retry_after_ms=int(reply[1]))
+        if status == "recover":
+            return ReadResult("recover", last_id=text(reply[1]), pace_ms=int(reply[2]))
         return ReadResult("paused")
 
     async def claim(
@@ -68,7 +115,7 @@ class JobSource:
         reply = await _JOB_CLAIM(
             self.client,
             (self.keys.ready, self.keys.control, self.keys.events, self.dead_key),
-            (self.group, consumer, mode, min_idle_ms, cursor, count, limit, self.ack_mode),
+            (self.group, consumer, mode, min_idle_ms, cursor, count, limit, self.settle),
         )
         return claim_result(reply)
 
@@ -85,15 +132,15 @@ class JobSource:
                 c = batch[i]
                 d = c.delivery
                 args += [d.entry_id, d.attempt, c.kind, c.reason, d.job_id]
-            if self.ack_mode != "ack":
-                args.append(self.ack_mode)
+            if self.settle != "ack":
+                args.append(self.settle)
             reply = await _JOB_COMPLETE(
                 self.client, (self.keys.ready, self.keys.events, self.dead_key), args
             )
             for i, status in zip(others, reply, strict=True):
                 statuses[i] = int(status)
         if retries:
-            rargs: list[Arg] = [self.group, consumer, self.ack_mode, len(retries)]
+            rargs: list[Arg] = [self.group, consumer, self.settle, len(retries)]
             for i in retries:
                 c = batch[i]
                 rargs += [c.delivery.entry_id, c.delivery.attempt, c.delay_ms]

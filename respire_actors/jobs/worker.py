@@ -39,10 +39,9 @@ from ..actors.promoter import run_promoter
 from ..actors.runtime import Handler, QueueRuntime
 from ..actors.tree import ConsumerHost, consumer_supervisor
 from ..codecs import Codec
-from ..errors import ConfigurationError, PermissionDenied, ValidationError
+from ..errors import ValidationError
 from ..keys import JobQueueKeys, validate_name
 from ..redis.client import RedisClient
-from ..redis.scripts import load
 from .job import bind_job
 from .source import JobSource
 
@@ -136,7 +135,16 @@ class Worker(ConsumerHost):
         return QueueRuntime(
             client=client,
             keys=keys,
-            source=JobSource(client, keys, dead, CONSUMER_GROUP),
+            source=JobSource(
+                client,
+                keys,
+                dead,
+                CONSUMER_GROUP,
+                delete_acknowledged=bool(
+                    reg.queue_options and reg.queue_options.delete_acknowledged_entries
+                ),
+                rate_limit=reg.queue_options.rate_limit if reg.queue_options else None,
+            ),
             bind=bind_job,
             codec=reg.codec,
             handler=reg.handler,
@@ -154,12 +162,20 @@ class Worker(ConsumerHost):
         )
 
     def build(self, client: RedisClient) -> Supervisor:
-        """Build the supervision tree for ``client`` (to compose into your own supervisor)."""
+        """Build the supervision tree for ``client`` (to compose into your own supervisor).
+
+        The tree runs its own start-up checks: each registration's first child creates the
+        consumer group of a new queue (a vanished group raises :class:`ConsumerGroupMissing`
+        unless ``recreate_missing_group`` says otherwise) and, with :class:`QueueOptions`,
+        stores or compares the rate policy (:class:`ConfigurationError` on a mismatch). A
+        failed check fails the tree's start (``supervisors.StartError`` with the error as its
+        cause); :meth:`run` raises the error itself."""
         if not self._registrations:
             raise ValidationError("the worker has no registered handlers")
         queue_sups = []
         for reg in self._registrations.values():
             rt = self._runtime(client, reg)
+            rt.on_fatal = self._on_fatal
             self._runtimes[reg.queue] = rt
             extra = []
             if reg.queue_options is not None:
@@ -177,80 +193,13 @@ class Worker(ConsumerHost):
         """Run until cancelled or :meth:`request_stop`; reports ready once every actor has
         started. The client must be entered and stay open while the worker runs.
 
-        Before any actor starts, registrations with :class:`QueueOptions` are checked against
-        the server (see :meth:`prepare`): a stored rate-limit policy that differs from the
-        configured one raises :class:`ConfigurationError` and nothing runs.
+        Raises the start-up checks' errors (see :meth:`build`) before any job is read, and
+        :class:`ConsumerGroupMissing` if a queue's group vanishes while running (the worker
+        stops instead of replaying acknowledged jobs).
         """
-        supervisor = self.build(client)
-        try:
-            await self.prepare(client)
-        except BaseException:
-            for rt in self._runtimes.values():
-                rt.deliveries.close()
-                rt.completions.close()
-            raise
-        await self._run_tree(supervisor, task_status)
-
-    async def prepare(self, client: RedisClient) -> None:
-        """Start-up checks of a built worker (``run`` calls it; call it yourself after
-        :meth:`build` when composing the tree into your own supervisor).
-
-        Per registration with :class:`QueueOptions`: decide how acknowledged entries are
-        deleted on this server (XACKDEL ACKED where Redis 8.2+ offers it, else XACK + XDEL),
-        and store the configured rate limit when Redis holds none, or compare it with the
-        stored one. Raises :class:`ConfigurationError` on a mismatch, or when
-        ``delete_acknowledged_entries`` is set on a Redis 8.2+ server that refuses the XACKDEL
-        discovery (COMMAND INFO). Safe to repeat.
-        """
-        for queue, rt in self._runtimes.items():
-            qo = rt.queue_options
-            source = rt.source
-            if qo is None or not isinstance(source, JobSource):
-                continue
-            if qo.delete_acknowledged_entries:
-                source.ack_mode = await _deletion_mode(client)
-            if qo.rate_limit is not None:
-                policy = qo.rate_limit
-                reply = await _RATE_POLICY(
-                    client,
-                    (rt.job_keys.control,),
-                    ("init", policy.permit_limit, policy.window_ms),
-                )
-                if _text(reply[0]) == "mismatch":
-                    raise ConfigurationError(
-                        f"queue {queue!r}: the worker's rate limit ({policy.permit_limit} per "
-                        f"{policy.window_ms} ms) differs from the one stored in Redis "
-                        f"({_text(reply[1])} per {_text(reply[2])} ms); change it with "
-                        "JobQueue.set_rate_limit or configure the stored policy"
-                    )
+        await self._run_tree(self.build(client), task_status)
 
     def in_flight(self, queue: str) -> int:
         """How many of ``queue``'s deliveries this process holds now: admitted and not yet
         handed to the completer (read-only; ``serve`` reports it in its throughput line)."""
         return self._runtimes[queue].admission.statistics().in_use
-
-
-_RATE_POLICY = load("job_rate_policy")
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-async def _deletion_mode(client: RedisClient) -> str:
-    """``"ackdel"`` when the server offers XACKDEL, else ``"xdel"``. On Redis 8.2+ a refused
-    discovery is an error: the worker must not silently fall back to non-group-aware XDEL."""
-    info = await client.server_info()
-    if info.has_xackdel:
-        return "ackdel"
-    if info.flavor == "redis" and info.version >= (8, 2, 0):
-        try:
-            reply = await client.execute("COMMAND", "INFO", "XACKDEL")
-        except PermissionDenied as exc:
-            raise ConfigurationError(
-                "delete_acknowledged_entries needs COMMAND INFO to detect XACKDEL on "
-                f"{info.describe()}: {exc}"
-            ) from exc
-        if reply and reply[0]:
-            return "ackdel"
-    return "xdel"

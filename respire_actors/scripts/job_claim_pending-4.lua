@@ -12,15 +12,20 @@
 -- ARGV[5]  cursor (an entry id; '0-0' to start)
 -- ARGV[6]  page size (1 .. 1000)
 -- ARGV[7]  delivery limit (0 = unlimited); counted as prior attempts + this entry's deliveries
--- ARGV[8]  acknowledgement mode: 'ack' (default), 'xdel' or 'ackdel' (see lib/fence.lua)
+-- ARGV[8]  acknowledgement: 'ack' (default, keep the body) or 'delete' (see lib/fence.lua)
 --
 -- Admission (pause, then the rate limit, which lowers the page size to the permits left) is
 -- checked before anything is claimed, so a denied page changes no entry and counts no attempt.
+-- When the window has no permits left but the page would find nothing to claim, the pass is
+-- reported complete ({'ok', '0-0', {}, 0, 0, 0}) instead of 'limited'.
 -- Returns {'paused'}, {'limited', retry_after_ms} or
 -- {'ok', next_cursor, claimed, deleted_count, dead_count, expired_count} where claimed is a list
--- of {id, fields, deliveries}. Entries over the delivery limit are dead-lettered here (reason
--- delivery-limit, with a dead-letter event; _respire.attempt is this entry's delivery count;
--- _respire.total_attempts adds _respire.job.attempts when the job was durably retried) and not returned. Entries whose TTL has
+-- of {id, fields, deliveries}. Entries whose handlers already had the delivery limit (prior
+-- attempts + deliveries before this claim >= ARGV[7]) are dead-lettered here (reason
+-- delivery-limit, with a dead-letter event) and not returned; _respire.attempt (and the event's
+-- attempt) is the number of deliveries handlers got, not counting this claim, the same number an
+-- explicit or nack dead letter records; _respire.total_attempts adds _respire.job.attempts when
+-- the job was durably retried. Entries whose TTL has
 -- passed are acknowledged without event or dead letter and not returned. Only returned entries
 -- use rate permits. PEL references to deleted bodies are cleared and counted. next_cursor '0-0'
 -- means the pass is complete.
@@ -34,15 +39,23 @@ local ready, control, events, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, consumer, mode = ARGV[1], ARGV[2], ARGV[3]
 local min_idle, cursor, count = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 local limit = tonumber(ARGV[7])
-local ack_mode = ARGV[8] or 'ack'
 if not count or count < 1 or count > 1000 or not limit or limit < 0 or not min_idle
-   or min_idle < 0 or (mode ~= 'recover' and mode ~= 'replay')
-   or not respire_ack_mode_ok(ack_mode) then
+   or min_idle < 0 or (mode ~= 'recover' and mode ~= 'replay') then
   return redis.error_reply('RESPIRE_ARGUMENT bad recovery arguments')
 end
+local ack_mode, merr = respire_ack_mode(ready, group, ARGV[8] or 'ack')
+if not ack_mode then return merr end
 local status, allowed, window = respire_admit(control, count)
 if status == 'paused' then return {'paused'} end
-if status == 'limited' then return {'limited', allowed} end
+if status == 'limited' then
+  -- A page with nothing to claim needs no permit: the pass is simply complete (a new worker's
+  -- empty replay must not wait for a window with permits left).
+  if redis.call('EXISTS', ready) == 0
+     or not respire_claim_peek(ready, group, consumer, mode, min_idle, cursor) then
+    return {'ok', '0-0', {}, 0, 0, 0}
+  end
+  return {'limited', allowed}
+end
 count = allowed
 local err = respire_preflight(
   {{ready, 'stream'}, {events, 'stream'}, {dead, 'stream'}},
@@ -68,12 +81,14 @@ for _, entry in ipairs(entries) do
   elseif fields then
     local row = redis.call('XPENDING', ready, group, id, id, 1)[1]
     local deliveries = tonumber(row[4])
+    -- This claim counted a delivery no handler will get: the handlers got one fewer.
+    local handled = deliveries - 1
     local prior = tonumber(respire_field(fields, '_respire.job.attempts') or '0') or 0
-    if limit > 0 and prior + deliveries > limit then
+    if limit > 0 and prior + handled >= limit then
       local job_id = respire_field(fields, '_respire.job.id') or ''
-      respire_dead_letter(dead, fields, nil, id, deliveries, 'delivery-limit', consumer)
+      respire_dead_letter(dead, fields, nil, id, handled, 'delivery-limit', consumer)
       redis.call('XADD', events, '*', 'kind', 'dead-letter', 'job_id', job_id, 'entry_id', id,
-                 'attempt', tostring(deliveries), 'reason', 'delivery-limit')
+                 'attempt', tostring(handled), 'reason', 'delivery-limit')
       respire_ack(ready, group, ack_mode, id)
       dead_count = dead_count + 1
     else

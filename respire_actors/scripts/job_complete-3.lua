@@ -8,8 +8,9 @@
 -- ARGV[3]  n, the number of outcomes; then n groups of 5 values:
 --          entry id, attempt (delivery count), kind ('ack' | 'dead' | 'expired'),
 --          dead-letter reason ('' for ack), job id
--- ARGV[4..] the outcomes above, optionally followed by one last value: the acknowledgement
---          mode 'ack' (default), 'xdel' or 'ackdel' (see lib/fence.lua)
+-- ARGV[4..] the outcomes above, optionally followed by one last value: 'ack' (default, keep
+--          acknowledged bodies) or 'delete' (XACKDEL or XACK + XDEL, decided per call; see
+--          lib/fence.lua)
 --
 -- For each outcome whose fence holds: 'ack' appends a completed event and acknowledges;
 -- 'dead' appends the envelope plus _respire.source_id/_respire.attempt/_respire.reason/
@@ -31,11 +32,10 @@ local n = tonumber(ARGV[3])
 if not n or n < 1 or (#ARGV ~= 3 + n * 5 and #ARGV ~= 4 + n * 5) then
   return redis.error_reply('RESPIRE_ARGUMENT completion batch is malformed')
 end
-local ack_mode = 'ack'
-if #ARGV == 4 + n * 5 then ack_mode = ARGV[#ARGV] end
-if not respire_ack_mode_ok(ack_mode) then
-  return redis.error_reply('RESPIRE_ARGUMENT unknown acknowledgement mode')
-end
+local requested = 'ack'
+if #ARGV == 4 + n * 5 then requested = ARGV[#ARGV] end
+local ack_mode, merr = respire_ack_mode(ready, group, requested)
+if not ack_mode then return merr end
 local err = respire_preflight(
   {{ready, 'stream'}, {events, 'stream'}, {dead, 'stream'}},
   respire_ack_probes(

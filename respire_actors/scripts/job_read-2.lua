@@ -5,18 +5,24 @@
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer name
 -- ARGV[3]  count: how many entries local capacity admits (1 .. 1000)
--- ARGV[4]  acknowledgement mode for expired entries: 'ack' (default), 'xdel' or 'ackdel'
+-- ARGV[4]  expired entries are acknowledged and kept ('ack', default) or deleted ('delete';
+--          XACKDEL where the server has it, else XACK + XDEL, decided here; see lib/fence.lua)
+-- ARGV[5]  visibility timeout in ms (optional, 0 = none): under a rate policy, an entry idle this
+--          long makes the read return {'recover', id, pace_ms} instead of reading new entries
 --
 -- Admission (pause, then the rate limit) is checked before anything is claimed; the rate limit
--- lowers COUNT to the permits left in the current window. Entries whose _respire.job.expires_at
--- has passed (server clock) are acknowledged here, without an event or dead letter, and not
--- returned; they use no rate permit.
+-- lowers COUNT to the permits left in the current window and to a tenth of the window's permits
+-- per call (pace_ms, a tenth of the window, is how long the reader should wait before its next
+-- read; 0 without a policy), so concurrent readers share the window. Entries whose
+-- _respire.job.expires_at has passed (server clock) are acknowledged here, without an event or
+-- dead letter, and not returned; they use no rate permit.
 -- Returns {'paused'}; {'limited', retry_after_ms} (the rest of the window; rate_limit_hits is
 -- incremented); {'empty', last_id} where last_id is the newest entry id (or 0-0), to block on
--- with XREAD outside the script; or {'ok', entries, expired_count} with entries as XREADGROUP
+-- with XREAD outside the script; {'recover', id, pace_ms} (see ARGV[5]; nothing claimed, no
+-- permit used); or {'ok', entries, expired_count, pace_ms} with entries as XREADGROUP
 -- gives them ({id, {field, value, ...}}), each now pending for this consumer with delivery
 -- count 1 (entries may be empty when every entry read had expired).
--- Errors: NOGROUP when the consumer group is missing (the reader recreates it);
+-- Errors: NOGROUP when the consumer group is missing (see recreate_missing_group);
 -- RESPIRE_ARGUMENT; RESPIRE_WRONGTYPE / RESPIRE_NOPERM before anything is claimed.
 --!include lib/preflight.lua
 --!include lib/fence.lua
@@ -24,13 +30,26 @@
 local ready, control = KEYS[1], KEYS[2]
 local group, consumer = ARGV[1], ARGV[2]
 local count = tonumber(ARGV[3])
-local mode = ARGV[4] or 'ack'
-if not count or count < 1 or count > 1000 or not respire_ack_mode_ok(mode) then
-  return redis.error_reply('RESPIRE_ARGUMENT read count or acknowledgement mode out of range')
+if not count or count < 1 or count > 1000 then
+  return redis.error_reply('RESPIRE_ARGUMENT read count out of range')
+end
+local mode, merr = respire_ack_mode(ready, group, ARGV[4] or 'ack')
+if not mode then return merr end
+local min_idle = tonumber(ARGV[5] or '0')
+if not min_idle or min_idle < 0 then
+  return redis.error_reply('RESPIRE_ARGUMENT minimum idle time out of range')
 end
 local status, allowed, window = respire_admit(control, count)
 if status == 'paused' then return {'paused'} end
 if status == 'limited' then return {'limited', allowed} end
+local pace
+allowed, pace = respire_admit_slice(window, allowed)
+-- Under a rate policy, recovery precedes new reads: while an entry is idle past the visibility
+-- timeout, the reader is sent to recover it with its permits instead of taking a new job.
+if window and min_idle > 0 and redis.call('EXISTS', ready) == 1 then
+  local stale = redis.call('XPENDING', ready, group, 'IDLE', min_idle, '-', '+', 1)
+  if stale[1] then return {'recover', stale[1][1], pace} end
+end
 local err = respire_preflight({}, respire_admit_probes(
   respire_ack_probes({}, ready, group, mode), control, window))
 if err then return err end
@@ -52,7 +71,7 @@ if reply and reply[1] and #reply[1][2] > 0 then
     end
   end
   respire_admit_commit(control, window, #live)
-  return {'ok', live, expired}
+  return {'ok', live, expired, pace}
 end
 local last = redis.call('XREVRANGE', ready, '+', '-', 'COUNT', 1)
 if last[1] then return {'empty', last[1][1]} end

@@ -5,7 +5,7 @@
 -- KEYS[3]  due-time index (:due)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer name
--- ARGV[3]  acknowledgement mode: 'ack', 'xdel' or 'ackdel' (see lib/fence.lua)
+-- ARGV[3]  acknowledgement: 'ack' (keep the body) or 'delete' (decided per call; lib/fence.lua)
 -- ARGV[4]  n, the number of retries; then n groups of 3 values:
 --          entry id, attempt (delivery count), delay in ms (0 .. 2^31-1)
 -- ARGV[5..] the retries above
@@ -24,11 +24,13 @@
 --!include lib/fence.lua
 
 local ready, scheduled, due = KEYS[1], KEYS[2], KEYS[3]
-local group, consumer, ack_mode = ARGV[1], ARGV[2], ARGV[3]
+local group, consumer = ARGV[1], ARGV[2]
 local n = tonumber(ARGV[4])
-if not n or n < 1 or #ARGV ~= 4 + n * 3 or not respire_ack_mode_ok(ack_mode) then
+if not n or n < 1 or #ARGV ~= 4 + n * 3 then
   return redis.error_reply('RESPIRE_ARGUMENT retry batch is malformed')
 end
+local ack_mode, merr = respire_ack_mode(ready, group, ARGV[3])
+if not ack_mode then return merr end
 for i = 0, n - 1 do
   local delay = tonumber(ARGV[7 + i * 3])
   if not delay or delay < 0 or delay > 2147483647 or delay % 1 ~= 0 then

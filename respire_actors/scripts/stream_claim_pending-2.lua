@@ -12,8 +12,9 @@
 -- ARGV[7]  delivery limit (0 = unlimited)
 --
 -- Returns {'ok', next_cursor, claimed, deleted_count, dead_count}; claimed is a list of
--- {id, fields, deliveries}. Entries delivered more than the limit are copied to the dead-letter
--- stream (fields plus _respire.source_id, _respire.attempt, _respire.reason=delivery-limit,
+-- {id, fields, deliveries}. Entries whose handlers already had the limit (deliveries before this
+-- claim >= ARGV[7]) are copied to the dead-letter stream (fields plus _respire.source_id,
+-- _respire.attempt = the deliveries handlers got, _respire.reason=delivery-limit,
 -- _respire.consumer) and acknowledged, not returned. PEL references to deleted entries are
 -- cleared and counted. Errors: RESPIRE_WRONGTYPE, RESPIRE_NOPERM, RESPIRE_ARGUMENT.
 --!include lib/preflight.lua
@@ -40,8 +41,9 @@ for _, entry in ipairs(entries) do
   local id, fields = entry[1], entry[2]
   if fields then
     local deliveries = tonumber(redis.call('XPENDING', stream, group, id, id, 1)[1][4])
-    if limit > 0 and deliveries > limit then
-      respire_dead_letter(dead, fields, nil, id, deliveries, 'delivery-limit', consumer)
+    -- this claim counted a delivery no handler will get: handlers got deliveries - 1
+    if limit > 0 and deliveries - 1 >= limit then
+      respire_dead_letter(dead, fields, nil, id, deliveries - 1, 'delivery-limit', consumer)
       redis.call('XACK', stream, group, id)
       dead_count = dead_count + 1
     else

@@ -8,7 +8,6 @@ raw entries and return ``ACK``, ``NACK`` or ``DeadLetter(reason)``.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -21,7 +20,7 @@ from supervisors import Mailbox, Supervisor
 from ..actors._util import text
 from ..actors.admission import Admission
 from ..actors.messages import Ack, Completion, DeadLetter, Delivery, Nack
-from ..actors.options import WorkerOptions, default_consumer_name
+from ..actors.options import WorkerOptions, default_consumer_name, is_entry_id
 from ..actors.runtime import QueueRuntime
 from ..actors.source import (
     ClaimResult,
@@ -29,6 +28,7 @@ from ..actors.source import (
     claim_result,
     create_group,
     deliveries_from_read,
+    recreate_group,
 )
 from ..actors.tree import ConsumerHost, consumer_supervisor
 from ..codecs import BytesCodec
@@ -41,20 +41,10 @@ _READ = load("stream_read")
 _CLAIM = load("stream_claim_pending")
 _COMPLETE = load("stream_complete")
 
-# ASCII digits only, matched in full: ``\d`` would admit other scripts' digits and ``$``
-# a trailing newline, both of which the server rejects.
-_ID = re.compile(r"([0-9]+)(?:-([0-9]+))?")
-_U64 = 2**64 - 1
-
-
-def _entry_id(value: str) -> bool:
-    match = _ID.fullmatch(value)
-    return match is not None and all(int(p) <= _U64 for p in match.groups() if p is not None)
-
 
 def validate_start_id(start_id: object) -> str:
     """``$`` (only new entries), ``0`` / ``0-0`` (the whole stream) or an entry id."""
-    if not isinstance(start_id, str) or not (start_id == "$" or _entry_id(start_id)):
+    if not isinstance(start_id, str) or not (start_id == "$" or is_entry_id(start_id)):
         raise ValidationError(
             f"start_id must be '$', '0-0' or a stream entry id like '1700000000000-0', "
             f"got {start_id!r}"
@@ -89,6 +79,10 @@ class StreamWorkerOptions:
                          share the stream's cluster slot
     delete_acknowledged: XDEL entries once acknowledged (only if no other group needs them)
     shutdown_grace:      time running handlers get to finish at shutdown
+    recreate_missing_group: when the group vanishes under a running worker: ``"fail"``
+                         (default: stop with ConsumerGroupMissing), ``"$"`` or an entry id
+    recovery_max_pages:  most recovery pages per pass (then the pass yields to reads)
+    consumer_idle_timeout: remove other consumers idle this long with nothing pending (None: never)
     """
 
     group: str = "respire"
@@ -105,6 +99,9 @@ class StreamWorkerOptions:
     dead_letter_stream: str | None = None
     delete_acknowledged: bool = False
     shutdown_grace: timedelta = timedelta(seconds=10)
+    recreate_missing_group: str = "fail"
+    recovery_max_pages: int = 4
+    consumer_idle_timeout: timedelta | None = timedelta(days=1)
 
     def __post_init__(self) -> None:
         validate_name(self.group, what="consumer group")
@@ -124,6 +121,9 @@ class StreamWorkerOptions:
             read_batch=self.batch_size,
             poll_interval=self.block,
             shutdown_grace=self.shutdown_grace,
+            recreate_missing_group=self.recreate_missing_group,
+            recovery_max_pages=self.recovery_max_pages,
+            consumer_idle_timeout=self.consumer_idle_timeout,
         )
 
 
@@ -182,10 +182,15 @@ class StreamSource:
         self.start_id = start_id
         self.delete_acknowledged = delete_acknowledged
 
-    async def ensure_group(self) -> None:
+    async def ensure_group(self, on_missing: str) -> None:
+        """At start the group is created at ``start_id`` if missing (the stream is yours, and
+        so is the choice of where a new group starts)."""
         await create_group(self.client, self.stream_key, self.group, self.start_id)
 
-    async def read(self, consumer: str, count: int) -> ReadResult:
+    async def restore_group(self, on_missing: str) -> None:
+        await recreate_group(self.client, self.stream_key, self.group, on_missing)
+
+    async def read(self, consumer: str, count: int, min_idle_ms: int = 0) -> ReadResult:
         reply = await _READ(self.client, (self.stream_key,), (self.group, consumer, count))
         if text(reply[0]) == "ok":
             return ReadResult("ok", deliveries_from_read(reply[1]))
@@ -306,6 +311,7 @@ class StreamWorker(ConsumerHost):
         sups = []
         for reg in self._registrations.values():
             rt = self._runtime(client, reg)
+            rt.on_fatal = self._on_fatal
             self._runtimes[reg.stream] = rt
             sups.append(
                 consumer_supervisor(f"stream:{reg.stream}", rt, recovery=reg.options.recovery)

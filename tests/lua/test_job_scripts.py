@@ -502,7 +502,7 @@ async def test_recover_dead_letters_past_the_limit(client: RedisClient, keys: Jo
     assert await pending(client, keys) == []
     (letter,) = await client.execute("XRANGE", keys.dead, "-", "+")
     fields = pairs(letter[1])
-    assert fields["_respire.reason"] == b"delivery-limit" and fields["_respire.attempt"] == b"2"
+    assert fields["_respire.reason"] == b"delivery-limit" and fields["_respire.attempt"] == b"1"
     (event,) = await client.execute("XRANGE", keys.events, "-", "+")
     assert pairs(event[1])["reason"] == b"delivery-limit"
 
@@ -668,11 +668,59 @@ async def test_promote_then_retry_preserves_the_envelope(
     await create_group(client, keys)
     ((entry, fields),) = (await read(client, keys, "c1"))[1]
     reply = await RETRY(
-        client, (keys.ready, keys.scheduled, keys.due), (GROUP, "c1", "xdel", 1, entry, 1, 0)
+        client, (keys.ready, keys.scheduled, keys.due), (GROUP, "c1", "delete", 1, entry, 1, 0)
     )
     assert [int(x) for x in reply] == [1]
-    assert await xlen(client, keys.ready) == 0  # xdel mode deleted the acknowledged entry
+    assert await xlen(client, keys.ready) == 0  # "delete": XACK + XDEL here (no XACKDEL)
     ((_, staged),) = await client.execute("XRANGE", keys.scheduled, "-", "+")
     before, after = pairs(fields), pairs(staged)
     assert after.pop("_respire.job.attempts") == b"1"
     assert after == before
+
+
+# -- job_group ---------------------------------------------------------------------------------
+
+GROUP_SCRIPT = load("job_group")
+
+
+async def group_call(
+    client: RedisClient, keys: JobQueueKeys, context: str, on_missing: str = "fail"
+) -> str:
+    reply = await GROUP_SCRIPT(client, (keys.ready, keys.control), (GROUP, context, on_missing))
+    return s(reply[0])
+
+
+async def test_job_group_creates_once_then_refuses_to_replay(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    first = await enqueue(client, keys, "a")
+    assert await group_call(client, keys, "start") == "created"  # a new queue: at 0
+    assert s(await client.execute("HGET", keys.control, "group.created")) == "1"
+    assert await group_call(client, keys, "start") == "exists"
+    assert s((await read(client, keys, "c1"))[1][0][0]) == first  # entries before it are read
+    await client.execute("XGROUP", "DESTROY", keys.ready, GROUP)
+    assert await group_call(client, keys, "start") == "missing"  # nothing written
+    assert await group_call(client, keys, "lost") == "missing"
+    assert await client.execute("XINFO", "GROUPS", keys.ready) == []
+    assert await group_call(client, keys, "lost", "$") == "recreated"
+    assert s((await read(client, keys, "c1"))[0]) == "empty"  # "$": history is not replayed
+
+
+async def test_job_group_lost_without_mark_never_creates_at_zero(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    await enqueue(client, keys, "a")  # a queue from before the mark: seen as lost, not new
+    assert await group_call(client, keys, "lost") == "missing"
+    assert await group_call(client, keys, "lost", "0-0") == "recreated"  # explicit: the caller's
+
+
+async def test_job_group_checks_arguments_and_types(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    for context, on_missing in (("later", "fail"), ("start", "")):
+        with pytest.raises(ServerError, match="RESPIRE_ARGUMENT"):
+            await GROUP_SCRIPT(client, (keys.ready, keys.control), (GROUP, context, on_missing))
+    await client.execute("SET", keys.control, "x")
+    with pytest.raises(WrongKeyType):
+        await group_call(client, keys, "start")
+    assert await client.execute("EXISTS", keys.ready) == 0

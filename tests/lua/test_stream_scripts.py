@@ -146,7 +146,7 @@ async def test_recover_claims_idle_entries_and_dead_letters_past_the_limit(
     assert fields == {
         "n": b"1",
         "_respire.source_id": ids[1].encode(),
-        "_respire.attempt": b"3",
+        "_respire.attempt": b"2",
         "_respire.reason": b"delivery-limit",
         "_respire.consumer": b"me",
     }

@@ -24,3 +24,18 @@ local function respire_claim_page(stream, group, consumer, mode, min_idle, curso
   end
   return entries, next_cursor, deleted
 end
+
+-- Whether a page from `cursor` would find anything to claim (no write): replay looks for this
+-- consumer's pending entries after the cursor, recovery for any entry idle at least min_idle
+-- from the cursor on. Lets a rate-limited page that would claim nothing end its pass instead
+-- of waiting for a permit it does not need.
+local function respire_claim_peek(stream, group, consumer, mode, min_idle, cursor)
+  if mode == 'recover' then
+    local start = cursor
+    if start == '0-0' then start = '-' end
+    return #redis.call('XPENDING', stream, group, 'IDLE', min_idle, start, '+', 1) > 0
+  end
+  local start = '-'
+  if cursor ~= '0-0' then start = '(' .. cursor end
+  return #redis.call('XPENDING', stream, group, start, '+', 1, consumer) > 0
+end

@@ -36,11 +36,24 @@ local function respire_expired(fields, now)
   return at ~= nil and at > 0 and now() >= at
 end
 
--- Acknowledgement modes: 'ack' (XACK; the body stays for trimming), 'xdel' (XACK then XDEL:
--- delete-acknowledged-entries on servers without XACKDEL), 'ackdel' (Redis 8.2+: XACKDEL ACKED,
--- deleting the body once every consumer group has acknowledged it).
-local function respire_ack_mode_ok(mode)
-  return mode == 'ack' or mode == 'xdel' or mode == 'ackdel'
+-- Acknowledgement: the caller says only whether acknowledged entries are kept ('ack': XACK, the
+-- body stays for trimming) or deleted ('delete'); each script decides how to delete on the server
+-- it runs on, per call, so a failover to a server without XACKDEL never breaks completions:
+-- 'ackdel' (XACKDEL ACKED, Redis 8.2+: the body goes once every group has acknowledged it) where
+-- the command exists, else 'xdel' (XACK then XDEL). respire_ack_mode returns the concrete mode,
+-- or nil and an error reply for an unknown argument or an ACL user denied an existing XACKDEL
+-- (falling back to group-unaware XDEL there would be a silent change of semantics).
+local function respire_ack_mode(ready, group, requested)
+  if requested == 'ack' then return 'ack', nil end
+  if requested ~= 'delete' then
+    return nil, redis.error_reply('RESPIRE_ARGUMENT acknowledgement must be ack or delete')
+  end
+  -- acl_check_cmd raises for a command the server does not know, returns false when denied.
+  local known, allowed = pcall(redis.acl_check_cmd, 'XACKDEL', ready, group, 'ACKED', 'IDS',
+                               '1', '0-1')
+  if not known then return 'xdel', nil end
+  if allowed then return 'ackdel', nil end
+  return nil, redis.error_reply('RESPIRE_NOPERM the ACL user may not run XACKDEL on ' .. ready)
 end
 
 -- The ACL probes an acknowledgement in `mode` needs (appended to a preflight list).
@@ -53,7 +66,7 @@ local function respire_ack_probes(probes, ready, group, mode)
   return probes
 end
 
--- Acknowledges one entry of `ready` in `mode` (see respire_ack_mode_ok).
+-- Acknowledges one entry of `ready` in a concrete `mode` from respire_ack_mode.
 local function respire_ack(ready, group, mode, id)
   if mode == 'ackdel' then
     redis.call('XACKDEL', ready, group, 'ACKED', 'IDS', 1, id)
@@ -86,7 +99,18 @@ local function respire_admit(control, wanted)
   end
   local allowed = limit - used
   if wanted < allowed then allowed = wanted end
-  return 'ok', allowed, {start, used}
+  return 'ok', allowed, {start, used, limit, window}
+end
+
+-- Under a rate policy (state from respire_admit), a reader takes at most a tenth of the window's
+-- permits per call, and should wait `pace` ms (a tenth of the window) before its next read, so
+-- one busy process cannot take a whole window in its first milliseconds and a worker joining a
+-- saturated queue gets turns. Returns the capped count and the pace (0 without a policy).
+local function respire_admit_slice(state, allowed)
+  if not state then return allowed, 0 end
+  local slice = math.ceil(state[3] / 10)
+  if allowed > slice then allowed = slice end
+  return allowed, math.ceil(state[4] * slice / state[3])
 end
 
 -- The ACL probes an admission that may record usage needs.

@@ -1,5 +1,5 @@
 """delete_acknowledged_entries: XACKDEL ACKED on Redis 8.2+, XACK + XDEL elsewhere, decided per
-server at worker start (spec: "Delay, priority and expiry", DeleteAcknowledgedEntries)."""
+call inside each script (spec: "Delay, priority and expiry", DeleteAcknowledgedEntries)."""
 
 from __future__ import annotations
 
@@ -11,47 +11,57 @@ from jobs_helpers import create_group, deliver, pending_count, wait_until
 from sched_helpers import sched_options, scheduling_worker, xlen
 
 from respire_actors.actors.messages import Completion
-from respire_actors.errors import ConfigurationError, PermissionDenied, ServerError
+from respire_actors.errors import ServerError
 from respire_actors.jobs import Job, JobEnqueueOptions, JobQueue
-from respire_actors.jobs.worker import _deletion_mode
-from respire_actors.redis.client import RedisClient, ServerInfo
+from respire_actors.jobs.source import JobSource
+from respire_actors.redis.client import RedisClient
 
 pytestmark = pytest.mark.anyio
 
 
-async def test_servers_without_xackdel_fall_back_to_xack_and_xdel(client: RedisClient) -> None:
-    info = await client.server_info()
-    assert not info.has_xackdel  # neither test server offers it; the fallback is what runs
-    assert await _deletion_mode(client) == "xdel"
-
-
-async def test_xackdel_is_chosen_where_the_server_offers_it(
-    client: RedisClient, monkeypatch: pytest.MonkeyPatch
+async def test_the_deletion_is_decided_per_call_by_the_scripts_not_cached(
+    client: RedisClient, queue: JobQueue[str]
 ) -> None:
-    info = ServerInfo("redis", (8, 2, 0), "standalone", "master", frozenset({"xackdel"}))
+    """A failover to a server without XACKDEL must not break completions: the worker passes only
+    "delete" and each script picks XACKDEL or XACK + XDEL on the server it runs on. (Neither test
+    server has XACKDEL, so the XACK + XDEL branch is what runs here; the XACKDEL branch was not
+    exercised on a real server.)"""
+    from jobs_helpers import new_runtime
 
-    async def fake_info(refresh: bool = False) -> ServerInfo:
-        return info
+    import respire_actors.jobs.worker as worker_module
 
-    monkeypatch.setattr(client, "server_info", fake_info)
-    assert await _deletion_mode(client) == "ackdel"
+    assert not (await client.server_info()).has_xackdel
+    assert not hasattr(worker_module, "_deletion_mode")  # no start-up decision any more
+    await queue.enqueue("a", "x")
+    await create_group(client, queue.keys)
+    (delivery,) = await deliver(client, queue.keys, "c1")
+    rt = new_runtime(client, queue.name, consumer="c1")
+    try:
+        source = JobSource(client, queue.keys, queue.keys.dead, "respire", delete_acknowledged=True)
+        assert not hasattr(source, "ack_mode")
+        assert await source.complete("c1", [Completion(delivery, "ack")]) == [1]
+    finally:
+        rt.deliveries.close()
+        rt.completions.close()
+    assert await xlen(client, queue.keys.ready) == 0  # XACK + XDEL ran inside the script
+    assert await pending_count(client, queue.keys) == 0
 
 
-async def test_denied_discovery_on_redis_8_2_fails_the_start(
-    client: RedisClient, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("mode", ["xdel", "ackdel", ""])
+async def test_scripts_refuse_a_precomputed_acknowledgement_mode(
+    client: RedisClient, queue: JobQueue[str], mode: str
 ) -> None:
-    info = ServerInfo("redis", (8, 2, 1), "standalone", "master", frozenset())
-
-    async def fake_info(refresh: bool = False) -> ServerInfo:
-        return info
-
-    async def denied(*args: Any) -> Any:
-        raise PermissionDenied("NOPERM this user has no permissions to run the 'command' command")
-
-    monkeypatch.setattr(client, "server_info", fake_info)
-    monkeypatch.setattr(client, "execute", denied)
-    with pytest.raises(ConfigurationError, match="COMMAND INFO"):
-        await _deletion_mode(client)
+    await queue.enqueue("a", "x")
+    await create_group(client, queue.keys)
+    (delivery,) = await deliver(client, queue.keys, "c1")
+    source = JobSource(client, queue.keys, queue.keys.dead, "respire")
+    source.settle = mode
+    with pytest.raises(ServerError, match="ack or delete"):
+        await source.complete("c1", [Completion(delivery, "ack")])
+    with pytest.raises(ServerError, match="ack or delete"):
+        await source.read("c1", 1)
+    assert await pending_count(client, queue.keys) == 1
+    assert await xlen(client, queue.keys.events) == 0
 
 
 async def test_acknowledged_expired_and_retried_entries_are_deleted(
@@ -71,24 +81,3 @@ async def test_acknowledged_expired_and_retried_entries_are_deleted(
         await wait_until(lambda: stats.acked == 3 and stats.retried == 1)
     assert await xlen(client, queue.keys.ready) == 0
     assert await pending_count(client, queue.keys) == 0
-
-
-async def test_ackdel_on_a_server_without_xackdel_fails_before_writing(
-    client: RedisClient, queue: JobQueue[str]
-) -> None:
-    from jobs_helpers import new_runtime
-
-    await queue.enqueue("a", "x")
-    await create_group(client, queue.keys)
-    (delivery,) = await deliver(client, queue.keys, "c1")
-    rt = new_runtime(client, queue.name, consumer="c1")
-    try:
-        assert isinstance(rt.source, type(rt.source))
-        rt.source.ack_mode = "ackdel"  # type: ignore[attr-defined]
-        with pytest.raises(ServerError):
-            await rt.source.complete("c1", [Completion(delivery, "ack")])
-    finally:
-        rt.deliveries.close()
-        rt.completions.close()
-    assert await pending_count(client, queue.keys) == 1
-    assert await xlen(client, queue.keys.events) == 0

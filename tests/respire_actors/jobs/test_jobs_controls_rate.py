@@ -53,8 +53,13 @@ async def test_reads_are_limited_per_window_and_denials_counted(
     await queue.enqueue_many([(f"j{i}", "x") for i in range(5)])
     await create_group(client, queue.keys)
     source = source_of(queue)
+    # one read takes at most a tenth of the window's permits (here 1 of 2), so the readers of
+    # several processes share a window (this used to admit both at once)
     first = await source.read("c1", 5)
-    assert first.status == "ok" and len(first.deliveries) == 2
+    assert first.status == "ok" and len(first.deliveries) == 1
+    assert first.pace_ms == 43_200_000  # a tenth of the window per slice: 1 permit per 12 h
+    second = await source.read("c1", 5)
+    assert second.status == "ok" and len(second.deliveries) == 1
     denied = await source.read("c1", 5)
     assert denied.status == "limited" and 0 < denied.retry_after_ms <= 86_400_000
     assert await queue.get_state() == QueueState(False, 1, RateLimit(2, DAY))

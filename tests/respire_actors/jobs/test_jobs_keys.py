@@ -41,6 +41,7 @@ async def test_key_layout(client: RedisClient, queue: JobQueue[str]) -> None:
         f"{base}:ready",
         f"{base}:dead",
         f"{base}:events",
+        f"{base}:control",  # group.created: the worker created this queue's consumer group
         f"{base}:dedup:{sha['ok']}",
         f"{base}:dedup:{sha['bad']}",
         f"{base}:logs:{sha['ok']}",

@@ -52,11 +52,37 @@ def test_enqueue_options_round_up_to_milliseconds() -> None:
 
 
 def test_promoter_waits_for_the_next_due_job_but_at_most_a_poll() -> None:
-    assert next_wait_ms(64, 64, 5000, 1000) == 0  # full batch: more may be due
-    assert next_wait_ms(3, 64, 0, 1000) == 0
+    # a full batch, or more due now: wait a whole poll (at most one batch per poll interval;
+    # this used to be 0, re-running at once and flooding the ready stream with the backlog)
+    assert next_wait_ms(64, 64, 5000, 1000) == 1000
+    assert next_wait_ms(64, 64, 0, 1000) == 1000
+    assert next_wait_ms(3, 64, 0, 1000) == 1000
     assert next_wait_ms(3, 64, 250, 1000) == 250
     assert next_wait_ms(0, 64, 5000, 1000) == 1000
     assert next_wait_ms(0, 64, -1, 1000) == 1000
+
+
+async def test_a_due_backlog_is_promoted_one_batch_per_poll_interval(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    for i in range(6):
+        await queue.enqueue_scheduled(f"j{i}", "x")
+    poll = timedelta(seconds=1.5)
+    qo = sched_options(scheduling_batch_size=2, scheduling_poll_interval=poll)
+
+    async def handler(job: Job[str]) -> Any:
+        return ACK
+
+    async with scheduling_worker(client, queue.name, handler, queue_options=qo) as worker:
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.promoted >= 2)
+        started = anyio.current_time()
+        await anyio.sleep(0.5)
+        if anyio.current_time() - started < 1.4:  # still inside the first poll interval
+            assert await xlen(client, queue.keys.ready) == 2
+            assert stats.promotion_passes == 1
+        await wait_until(lambda: stats.promoted == 6, timeout=15)
+        assert stats.promotion_passes >= 3
 
 
 # -- scheduled enqueue -----------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import anyio
+import anyio.abc
 import pytest
 from streams_helpers import (
     add,
@@ -9,16 +11,19 @@ from streams_helpers import (
     fast_options,
     groups,
     ordered,
+    pairs,
     pending_rows,
     running,
     stats,
     text,
     wait_until,
+    wait_until_async,
 )
 
+from respire_actors.errors import ConsumerGroupMissing
 from respire_actors.jobs.model import ACK, Ack
 from respire_actors.redis.client import RedisClient
-from respire_actors.streams import StreamEntry, StreamHandler
+from respire_actors.streams import StreamEntry, StreamHandler, StreamWorker
 
 pytestmark = pytest.mark.anyio
 
@@ -148,3 +153,70 @@ async def test_custom_group_and_two_groups_each_see_every_entry(
     for name in info:
         assert text(info[name]["last-delivered-id"]) == later
         assert int(info[name]["pending"]) == 0
+
+
+async def test_a_group_deleted_under_a_running_stream_worker_stops_it_without_replaying(
+    client: RedisClient, unique_name: str
+) -> None:
+    """The group used to be recreated at start_id (here 0-0), running every acknowledged entry
+    again; now the worker stops with ConsumerGroupMissing."""
+    stream = unique_name
+    before = await add_many(client, stream, 3)
+    seen, handler = recorder()
+    worker = StreamWorker()
+    worker.register(stream, handler, fast_options(start_id="0-0"))
+    errors: list[BaseException] = []
+
+    async def run(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        try:
+            await worker.run(client, task_status=task_status)
+        except ConsumerGroupMissing as exc:
+            errors.append(exc)
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            await tg.start(run)
+            await wait_until(lambda: stats(worker, stream).acked == 3)
+            await client.execute("XGROUP", "DESTROY", stream, "respire")
+            await add(client, stream, n="new")
+            await wait_until(lambda: bool(errors))
+    assert ordered(e.id for e in seen) == before  # nothing acknowledged ran again
+    assert "recreate_missing_group" in str(errors[0])
+
+
+async def test_recreate_missing_group_dollar_lets_a_stream_worker_go_on(
+    client: RedisClient, unique_name: str
+) -> None:
+    stream = unique_name
+    before = await add_many(client, stream, 2)
+    seen, handler = recorder()
+    options = fast_options(start_id="0-0", recreate_missing_group="$")
+    async with running(client, stream, handler, options) as worker:
+        await wait_until(lambda: stats(worker, stream).acked == 2)
+        await client.execute("XGROUP", "DESTROY", stream, "respire")
+        await add(client, stream, n="lost")  # wakes the reader: NOGROUP, recreated at "$"
+
+        async def recreated() -> bool:
+            return "respire" in await groups(client, stream)
+
+        await wait_until_async(recreated)
+        late = await add(client, stream, n="late")
+        await wait_until(lambda: late in [e.id for e in seen])
+    ids = [e.id for e in seen]
+    assert ids.count(before[0]) == ids.count(before[1]) == 1
+
+
+async def test_a_clean_shutdown_removes_the_stream_workers_consumer(
+    client: RedisClient, unique_name: str
+) -> None:
+    stream = unique_name
+    await add_many(client, stream, 2)
+    _seen, handler = recorder()
+    async with running(client, stream, handler) as worker:
+        await wait_until(lambda: stats(worker, stream).acked == 2)
+        me = worker.consumer_name(stream)
+        rows = await client.execute("XINFO", "CONSUMERS", stream, "respire")
+        names = [text(pairs(row)["name"]) for row in rows]
+        assert me in names
+    assert await client.execute("XINFO", "CONSUMERS", stream, "respire") == []
+    assert stats(worker, stream).consumers_removed == 1

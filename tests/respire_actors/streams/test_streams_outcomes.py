@@ -207,7 +207,7 @@ async def test_recovery_dead_letters_entries_past_the_limit(
     assert fields == {
         "k": b"v",
         "_respire.source_id": entry.encode(),
-        "_respire.attempt": b"2",
+        "_respire.attempt": b"1",
         "_respire.reason": b"delivery-limit",
         "_respire.consumer": consumer.encode(),
     }

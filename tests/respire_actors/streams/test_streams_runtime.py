@@ -107,8 +107,8 @@ async def test_batch_size_bounds_each_read(
     reads: list[tuple[int, int]] = []
     original = StreamSource.read
 
-    async def read(self: StreamSource, consumer: str, count: int) -> Any:
-        result = await original(self, consumer, count)
+    async def read(self: StreamSource, consumer: str, count: int, min_idle_ms: int = 0) -> Any:
+        result = await original(self, consumer, count, min_idle_ms)
         reads.append((count, len(result.deliveries)))
         return result
 

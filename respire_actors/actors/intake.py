@@ -1,0 +1,53 @@
+"""Steps the reader and the sweeper share: handing claimed pages to the runners, reacting to
+a vanished consumer group, and the jittered waits that keep several processes from moving in
+lock step on a rate-limit window."""
+
+from __future__ import annotations
+
+import random
+
+import anyio
+
+from ..errors import ConsumerGroupMissing
+from .runtime import QueueRuntime, log
+from .source import ClaimResult
+
+
+def dispatch_page(rt: QueueRuntime, mode: str, result: ClaimResult, taken: int) -> None:
+    """Count a claimed page, return its unused permits and hand its deliveries to the runners
+    (each keeps one permit until its outcome is handed over)."""
+    rt.stats.cleared_deleted_refs += result.cleared_deleted
+    rt.stats.dead_lettered_by_recovery += result.dead_lettered
+    rt.stats.expired += result.expired
+    rt.admission.release(taken - len(result.deliveries))
+    now = anyio.current_time()
+    for delivery in result.deliveries:
+        if mode == "replay":
+            rt.stats.replayed += 1
+        else:
+            rt.stats.recovered += 1
+        delivery.received_at = now
+        rt.deliveries.send_nowait(delivery)
+
+
+def jittered(seconds: float, spread: float) -> float:
+    """``seconds`` plus up to ``spread`` seconds at random (pure but for the random draw): the
+    readers of several processes denied by the same window wake at different moments."""
+    return seconds + random.uniform(0.0, max(0.0, spread))
+
+
+async def group_lost(rt: QueueRuntime) -> bool:
+    """NOGROUP while running: recreate the group where the options allow it (True: go on), or
+    stop the worker with :class:`ConsumerGroupMissing` (False). Never recreates it at ``0``,
+    which would run every retained, already acknowledged entry again."""
+    try:
+        await rt.restore_group()
+    except ConsumerGroupMissing as exc:
+        rt.fail(exc)
+        return False
+    log.warning(
+        "consumer group of %s vanished; recreated at %r as configured",
+        rt.name,
+        rt.options.recreate_missing_group,
+    )
+    return True

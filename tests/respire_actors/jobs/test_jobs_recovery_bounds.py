@@ -1,0 +1,112 @@
+"""Recovery is bounded work (issue 8, items 9 and 11): a pass claims at most
+``recovery_max_pages`` pages and the next pass resumes where it stopped; under a rate limit an
+empty replay needs no permit and recovery precedes new reads. The two-process measurements of
+item 11 are in ``test_jobs_rate_processes.py``."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import pytest
+from jobs_helpers import create_group, deliver, fast_options, pending_rows, wait_until
+from sched_helpers import sched_options, scheduling_worker
+
+from respire_actors.errors import ValidationError
+from respire_actors.jobs import Job, JobQueue, RateLimit, WorkerOptions
+from respire_actors.jobs.source import JobSource
+from respire_actors.redis.client import RedisClient
+
+pytestmark = pytest.mark.anyio
+
+LEASE = timedelta(milliseconds=300)
+
+
+def test_recovery_max_pages_is_validated() -> None:
+    for bad in (0, 1001, True, 2.5):
+        with pytest.raises(ValidationError, match="recovery_max_pages"):
+            WorkerOptions(recovery_max_pages=bad)  # type: ignore[arg-type]
+
+
+async def test_a_recovery_pass_is_bounded_and_the_next_one_resumes(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    stale = 20
+    await queue.enqueue_many([(f"s{i}", "x") for i in range(stale)])
+    await create_group(client, queue.keys)
+    await deliver(client, queue.keys, "crashed", stale)  # a large stale pending list
+    await anyio.sleep(0.4)  # now idle past the visibility timeout below
+    started: list[str] = []
+
+    async def handler(job: Job[str]) -> Any:
+        started.append(job.id)
+        return None
+
+    options = fast_options(
+        visibility_timeout=LEASE,
+        recovery_page_size=2,
+        recovery_max_pages=2,
+        recovery_interval=timedelta(seconds=1),
+    )
+    async with scheduling_worker(
+        client, queue.name, handler, queue_options=sched_options(), options=options
+    ) as worker:
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.recovered >= 1)
+        first_seen = anyio.current_time()
+        await anyio.sleep(0.3)
+        if anyio.current_time() - first_seen < 0.9:  # still before the next pass could run
+            # one pass took at most 2 pages of 2 (it used to run until the cursor wrapped: 20)
+            assert stats.recovered <= 4, stats.recovered
+        await queue.enqueue("fresh", "x")
+        await wait_until(lambda: "fresh" in started)
+        assert stats.recovered < stale  # a fresh job ran while the backlog was still recovering
+        await wait_until(lambda: stats.recovered == stale, timeout=20)
+    assert sorted(started) == sorted([*(f"s{i}" for i in range(stale)), "fresh"])
+    assert await pending_rows(client, queue.keys) == []
+
+
+async def test_an_empty_replay_needs_no_permit(client: RedisClient, queue: JobQueue[str]) -> None:
+    """A new worker on a saturated queue used to wait for a window with a permit left just to
+    learn it had nothing to replay; its reader waits for replay, so it read nothing."""
+    await queue.set_rate_limit(RateLimit(1, timedelta(days=1)))
+    await queue.enqueue("a", "x")
+    await create_group(client, queue.keys)
+    await deliver(client, queue.keys, "other")
+    ws = await client.execute("TIME")
+    now = int(ws[0]) * 1000 + int(ws[1]) // 1000
+    await client.execute(
+        "HSET", queue.keys.control, "rate.window_start", now - now % 86_400_000, "rate.used", 1
+    )
+    source = JobSource(client, queue.keys, queue.keys.dead, "respire")
+    replay = await source.claim("newcomer", "replay", "0-0", 4, 0, 5)
+    assert not replay.denied and replay.next_cursor == "0-0" and not replay.deliveries
+    # nothing idle long enough: recovery too completes without a permit
+    recover = await source.claim("newcomer", "recover", "0-0", 4, 60_000, 5)
+    assert not recover.denied and not recover.deliveries
+    # but a page that would claim something is still denied
+    assert (await source.claim("newcomer", "recover", "0-0", 4, 0, 5)).denied
+    assert (await source.claim("other", "replay", "0-0", 4, 0, 5)).denied
+
+
+async def test_under_a_rate_limit_recovery_precedes_new_reads(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    await queue.set_rate_limit(RateLimit(100, timedelta(seconds=1)))
+    await queue.enqueue("stale", "x")
+    await create_group(client, queue.keys)
+    (stale,) = await deliver(client, queue.keys, "crashed")
+    await queue.enqueue_many([(f"new{i}", "x") for i in range(3)])
+    await anyio.sleep(0.05)
+    source = JobSource(client, queue.keys, queue.keys.dead, "respire")
+    # not idle long enough: a normal read (a tenth of the window at most)
+    early = await source.read("me", 5, 60_000)
+    assert early.status == "ok" and len(early.deliveries) == 3 and early.pace_ms == 100
+    await queue.enqueue("new3", "x")
+    # idle past the visibility timeout: the read sends the reader to recover it first
+    reply = await source.read("me", 5, 10)
+    assert reply.status == "recover" and reply.last_id == stale.entry_id
+    page = await source.claim("me", "recover", reply.last_id, 5, 10, 5)
+    assert [d.entry_id for d in page.deliveries] == [stale.entry_id]
+    assert (await source.read("me", 5, 60_000)).status == "ok"  # nothing that stale: reads go on
