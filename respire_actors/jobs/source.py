@@ -16,13 +16,14 @@ from ..actors.source import (
 )
 from ..keys import JobQueueKeys
 from ..redis.client import Arg, RedisClient
-from ..redis.scripts import load
+from ..redis.scripts import load, run_many
 
 _JOB_READ = load("job_read")
 _JOB_CLAIM = load("job_claim_pending")
 _JOB_COMPLETE = load("job_complete")
 _JOB_RETRY = load("job_retry")
 _JOB_PROMOTE = load("job_promote")
+_JOB_FINISH = load("job_finish")
 
 
 class JobSource:
@@ -77,8 +78,14 @@ class JobSource:
         retries go through ``job_retry`` (a second call only when the batch holds any); a
         retry acknowledged as expired instead of staged reports 2."""
         retries = [i for i, c in enumerate(batch) if c.kind == "retry"]
-        others = [i for i, c in enumerate(batch) if c.kind != "retry"]
+        # outcomes with a retained record or a dead-letter detail: job_finish, one per call
+        finish = [
+            i for i, c in enumerate(batch) if c.kind in ("ack", "dead") and (c.keep_ms or c.detail)
+        ]
+        others = [i for i, c in enumerate(batch) if c.kind != "retry" and i not in finish]
         statuses = [0] * len(batch)
+        if finish:
+            await self._finish(consumer, batch, finish, statuses)
         if others:
             args: list[Arg] = [self.group, consumer, len(others)]
             for i in others:
@@ -103,6 +110,45 @@ class JobSource:
             for i, status in zip(retries, reply, strict=True):
                 statuses[i] = int(status)
         return statuses
+
+    async def _finish(
+        self, consumer: str, batch: Sequence[Completion], indices: list[int], statuses: list[int]
+    ) -> None:
+        """Commit outcomes with their records (``job_finish``) in one pipelined round trip;
+        raises the first error after the others ran (each call is atomic and safe to repeat)."""
+        calls = []
+        for i in indices:
+            c = batch[i]
+            d = c.delivery
+            calls.append(
+                (
+                    _JOB_FINISH,
+                    (self.keys.ready, self.keys.events, self.dead_key, self.keys.result(d.job_id)),
+                    (
+                        self.group,
+                        consumer,
+                        d.entry_id,
+                        d.attempt,
+                        c.kind,
+                        c.reason,
+                        d.job_id,
+                        c.detail,
+                        c.keep_ms,
+                        c.result_state,
+                        c.result,
+                        self.ack_mode,
+                    ),
+                )
+            )
+        replies = await run_many(self.client, calls)
+        error: BaseException | None = None
+        for i, reply in zip(indices, replies, strict=True):
+            if isinstance(reply, BaseException):
+                error = error or reply
+            else:
+                statuses[i] = int(reply)
+        if error is not None:
+            raise error
 
     async def promote(self, batch_size: int) -> PromotionResult:
         """One promotion pass (``job_promote``): at most ``batch_size`` due jobs become ready.

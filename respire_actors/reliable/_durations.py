@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
+from ..actors.options import MIN_VISIBILITY_MS
 from ..errors import ValidationError
 
 MAX_MS = 2**31 - 1
@@ -38,6 +39,15 @@ def to_ms(value: object, what: str, *, allow_zero: bool = False) -> int:
     ms = -(-micros // 1000)
     if ms > MAX_MS:
         raise ValidationError(f"{what} must be at most {MAX_MS} ms, got {value!r}")
+    return ms
+
+
+def to_visibility_ms(value: object, what: str = "visibility") -> int:
+    """:func:`to_ms` for a visibility timeout: at least ``MIN_VISIBILITY_MS`` (10 ms), the same
+    minimum job and stream workers apply."""
+    ms = to_ms(value, what)
+    if ms < MIN_VISIBILITY_MS:
+        raise ValidationError(f"{what} must be at least {MIN_VISIBILITY_MS} ms, got {value!r}")
     return ms
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TypeVar
 
-from ..codecs import Codec
+from ..codecs import Codec, check_codec
 from ..keys import ReliableQueueKeys
 from ..redis.client import RedisClient
 from ..redis.scripts import load
@@ -14,7 +14,6 @@ from ._consumer import (
     DEFAULT_DELIVERY_LIMIT,
     Consumer,
     check_client,
-    check_codec,
     check_dedup_id,
     check_keys,
     encode_payload,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Generic, Literal, TypeVar
 
-from ..codecs import Codec
+from ..codecs import Codec, check_codec
 from ..errors import ValidationError
 from ..keys import ReliableQueueKeys, validate_name
 from ..redis.client import RedisClient
@@ -22,7 +22,6 @@ from ._consumer import (
     DEFAULT_DELIVERY_LIMIT,
     Consumer,
     check_client,
-    check_codec,
     check_dedup_id,
     check_keys,
     encode_payload,

@@ -404,8 +404,11 @@ async def test_log_is_fenced(client: RedisClient, keys: JobQueueKeys) -> None:
 async def test_log_respects_the_job_expiry(client: RedisClient, keys: JobQueueKeys) -> None:
     (a,) = await delivered(client, keys, "a")
     now = await client.time_ms()
-    assert await log(client, keys, "c1", a, 1, "late", expires=now - 1) == 0
+    # 2, not 0: the TTL refused the line, but the delivery is still current (fence holds)
+    assert await log(client, keys, "c1", a, 1, "late", expires=now - 1) == 2
     assert await client.execute("EXISTS", keys.logs("a")) == 0
+    # a stale fence still wins over the TTL: 0 means the lease is lost
+    assert await log(client, keys, "c2", a, 1, "late", expires=now - 1) == 0
     # A job expiring before the retention ends shortens the log's lifetime to the job's.
     assert await log(client, keys, "c1", a, 1, "on time", expires=now + 5_000) == 1
     assert 0 < await client.execute("PTTL", keys.logs("a")) <= 5_000
