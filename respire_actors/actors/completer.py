@@ -20,7 +20,6 @@ from ..errors import (
     ServerError,
     ServerLoading,
     ValidationError,
-    WrongKeyType,
 )
 from .messages import MAX_DETAIL_BYTES, Completion, Delivery
 from .runtime import QueueRuntime, log
@@ -32,12 +31,16 @@ async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
     """Commit one batch (retrying transient failures); returns per completion 1 committed,
     0 stale (or refused, see below), 2 (a retry) acknowledged as expired instead of staged.
 
-    One bad completion must not cost the others: when the server refuses a batch with an
-    error that a single item can cause (a script's argument or invariant check, a generic
-    server error), the batch is committed again one completion at a time, so the good ones
-    commit and the bad one is logged and counted in ``rejected_completions`` (its entry stays
-    pending and is recovered after the visibility timeout). Errors that would refuse any batch
-    (ACL, wrong key type) still stop the completer: its supervisor restarts it.
+    One bad completion must not cost the others. Completions that cannot be sent at all
+    (malformed fields) are set aside before anything is sent. When the server refuses a batch
+    (a script's argument or invariant check, a key of one job holding the wrong type...), the
+    batch is committed again one completion at a time, so the good ones commit and the bad one
+    is logged and counted in ``rejected_completions``: its entry stays pending and is recovered
+    after the visibility timeout (and dead-lettered by recovery at the delivery limit). Outcomes
+    the refused call had already committed report 0 (stale) on the second pass. An ACL refusal
+    (``PermissionDenied``) would refuse every completion: it stops the completer, whose
+    supervisor restarts it. ``RedisUnavailable`` and ``ServerLoading`` are retried as before:
+    the outcome is unknown, and repeating a fenced commit is harmless.
     """
     bad = {i: why for i, c in enumerate(batch) if (why := _malformed(c))}
     if bad:
@@ -53,7 +56,7 @@ async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
         return out
     try:
         statuses = await _commit_retrying(rt, batch)
-    except (PermissionDenied, WrongKeyType):
+    except PermissionDenied:
         raise
     except ServerError as exc:
         if len(batch) == 1:
@@ -69,7 +72,7 @@ async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
             for c in batch:
                 try:
                     statuses += await _commit_retrying(rt, [c])
-                except (PermissionDenied, WrongKeyType):
+                except PermissionDenied:
                     raise
                 except ServerError as single:
                     statuses.append(_reject(rt, c, single))
