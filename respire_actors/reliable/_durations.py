@@ -23,6 +23,9 @@ def to_ms(value: object, what: str, *, allow_zero: bool = False) -> int:
     if isinstance(value, timedelta):
         micros = value // timedelta(microseconds=1)
     elif isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, int) and abs(value) > MAX_MS:
+            # math.isfinite(10**400) would raise OverflowError; it is out of range anyway
+            raise ValidationError(f"{what} must be at most {MAX_MS} ms, got {value!r} s")
         if not math.isfinite(value):
             raise ValidationError(f"{what} must be finite, got {value!r}")
         if value * 1000 > MAX_MS:
