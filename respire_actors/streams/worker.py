@@ -3,7 +3,8 @@
 A stream worker runs the same actors as a job worker (admission-sized reads, a non-claiming
 blocking wait, runners with lease-owned cancel scopes, batched fenced completion, startup replay
 and bounded recovery); only the atomic steps differ (:class:`StreamSource`). Handlers receive
-raw entries and return ``ACK``, ``NACK`` or ``DeadLetter(reason)``.
+raw entries and return ``ACK`` (or ``None``, or any plain value), ``NACK`` or
+``DeadLetter(reason, detail=...)``; the detail is validated but not stored for stream workers.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -20,7 +22,7 @@ from supervisors import Mailbox, Supervisor
 
 from ..actors._util import text
 from ..actors.admission import Admission
-from ..actors.messages import Ack, Completion, DeadLetter, Delivery, Nack
+from ..actors.messages import Completion, Delivery
 from ..actors.options import WorkerOptions, default_consumer_name
 from ..actors.runtime import QueueRuntime, check_handler
 from ..actors.source import (
@@ -168,7 +170,9 @@ class StreamEntry:
         return f"StreamEntry(stream={self.stream!r}, id={self.id!r}, attempt={self.attempt})"
 
 
-StreamHandler = Callable[[StreamEntry], Awaitable[Ack | Nack | DeadLetter | None]]
+StreamHandler = Callable[[StreamEntry], Awaitable[Any]]
+"""A stream handler: ``ACK`` / ``None`` / any plain value acknowledge, ``NACK`` and
+``DeadLetter(reason, detail=...)`` fail (``RetryAfter`` behaves as ``NACK``)."""
 
 
 class StreamSource:

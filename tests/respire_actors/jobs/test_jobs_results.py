@@ -263,3 +263,22 @@ async def test_a_custom_result_codec_is_used(client: RedisClient, queue: JobQueu
         await worker.stop()
     assert await client.execute("HGET", queue.keys.result("j"), "result") == b"plain text"
     assert await queue.result("j", timeout=5, codec=StrCodec()) == "plain text"
+
+
+async def test_results_on_a_cluster(cluster_client: RedisClient, unique_name: str) -> None:
+    """The record key shares the queue's hash tag, so job_finish and result() work on a
+    cluster; the pipelined job_finish calls of one batch go to the queue's node."""
+    client = cluster_client
+    queue: JobQueue[str] = JobQueue(client, unique_name, StrCodec())
+    await queue.enqueue_many([("a", "1"), ("b", "2"), ("c", "3")])
+
+    async def handler(job: Job[str]) -> Any:
+        return DeadLetter(detail="no") if job.id == "c" else {"n": int(job.payload)}
+
+    async with running_worker(client, queue.name, handler, options=KEEP) as worker:
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.acked == 2 and stats.dead_lettered == 1)
+    assert await queue.result("a", timeout=5) == {"n": 1}
+    assert await queue.result("b", timeout=5) == {"n": 2}
+    with pytest.raises(JobDeadLettered):
+        await queue.result("c", timeout=5)
