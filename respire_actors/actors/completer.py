@@ -30,6 +30,8 @@ MAX_BATCH = 256
 async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
     """Commit one batch (retrying transient failures); returns per completion 1 committed,
     0 stale (or refused, see below), 2 (a retry) acknowledged as expired instead of staged.
+    A source may report -1 for a completion the server refused on its own (the others
+    committed): it counts as refused.
 
     One bad completion must not cost the others. Completions that cannot be sent at all
     (malformed fields) are set aside before anything is sent. When the server refuses a batch
@@ -79,6 +81,8 @@ async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
     rt.stats.completion_batches += 1
     for c, status in zip(batch, statuses, strict=True):
         if status < 0:
+            if status != -2:  # -2: already counted by _reject
+                rt.stats.rejected_completions += 1
             continue
         if not status:
             rt.stats.stale_completions += 1
@@ -133,7 +137,7 @@ def _reject(rt: QueueRuntime, c: Completion, exc: Exception) -> int:
         rt.name,
         exc,
     )
-    return -1
+    return -2
 
 
 async def _commit_retrying(rt: QueueRuntime, batch: list[Completion]) -> list[int]:

@@ -167,7 +167,7 @@ async def test_a_completion_the_server_refuses_is_isolated(
     client: RedisClient, queue: JobQueue[str], make_runtime: Callable[..., QueueRuntime]
 ) -> None:
     """One job's result record key holds a string: its job_finish call is refused
-    (RESPIRE_WRONGTYPE). The batch is committed again one by one; the others commit."""
+    (RESPIRE_WRONGTYPE) while the others in the same pipeline commit."""
     rt, (a, b, c) = await _three_deliveries(
         client, queue, make_runtime, options=fast_options(keep_results=60)
     )
@@ -177,8 +177,9 @@ async def test_a_completion_the_server_refuses_is_isolated(
         Completion(b, "ack", keep_ms=60_000, result_state="value", result=b"2"),
         Completion(c, "dead", "explicit", keep_ms=60_000),
     ]
-    await commit(rt, batch)  # returns; the completer survives
+    assert await commit(rt, batch) == [1, 0, 1]  # returns; the completer survives
     assert rt.stats.rejected_completions == 1
+    assert (rt.stats.acked, rt.stats.dead_lettered, rt.stats.stale_completions) == (1, 1, 0)
     kinds = [(e.kind, e.job_id) for e in await all_events(client, queue.keys)]
     assert sorted(kinds) == [("completed", "a"), ("dead-letter", "c")]
     assert [r[0] for r in await pending_rows(client, queue.keys)] == [b.entry_id]
@@ -285,3 +286,64 @@ def test_decode_options_are_validated() -> None:
     with pytest.raises(ValidationError):
         fast_options(dead_letter_undecodable="yes")
     assert replace(fast_options(), dead_letter_undecodable=True).dead_letter_undecodable
+
+
+class ScriptedSource:
+    """A stand-in for the job source's ``complete`` step (not a Redis double: it replaces our
+    own Source protocol to drive the completer's isolation rules)."""
+
+    name = "scripted"
+
+    def __init__(self, refuse: str, error: Exception) -> None:
+        self.refuse = refuse
+        self.error = error
+        self.calls: list[list[str]] = []
+        self.transient = 1
+
+    async def complete(self, consumer: str, batch: list[Completion]) -> list[int]:
+        self.calls.append([c.delivery.job_id for c in batch])
+        if any(c.delivery.job_id == "flaky" for c in batch) and self.transient:
+            self.transient -= 1
+            from respire_actors.errors import RedisUnavailable
+
+            raise RedisUnavailable("connection dropped")
+        if any(c.delivery.job_id == self.refuse for c in batch):
+            raise self.error
+        return [1] * len(batch)
+
+
+def _completions(*job_ids: str) -> list[Completion]:
+    from respire_actors.actors.messages import Delivery
+
+    return [
+        Completion(Delivery(f"1-{i}", {b"_respire.job.id": j.encode()}, 1), "ack")
+        for i, j in enumerate(job_ids)
+    ]
+
+
+async def test_a_refused_batch_call_is_committed_again_one_by_one(
+    client: RedisClient, queue: JobQueue[str], make_runtime: Callable[..., QueueRuntime]
+) -> None:
+    from respire_actors.errors import ScriptError
+
+    rt = make_runtime(queue.name)
+    source = ScriptedSource("bad", ScriptError("RESPIRE_ARGUMENT completion batch is malformed"))
+    rt.source = source
+    assert await commit(rt, _completions("a", "bad", "c")) == [1, 0, 1]
+    assert source.calls == [["a", "bad", "c"], ["a"], ["bad"], ["c"]]
+    assert (rt.stats.acked, rt.stats.rejected_completions) == (2, 1)
+
+
+async def test_an_acl_refusal_still_stops_the_completer_and_unavailability_is_retried(
+    client: RedisClient, queue: JobQueue[str], make_runtime: Callable[..., QueueRuntime]
+) -> None:
+    from respire_actors.errors import PermissionDenied
+
+    rt = make_runtime(queue.name)
+    rt.source = ScriptedSource("x", PermissionDenied("NOPERM no"))
+    with pytest.raises(PermissionDenied):
+        await commit(rt, _completions("a", "x"))
+    source = ScriptedSource("none", ValueError("unused"))
+    rt.source = source
+    assert await commit(rt, _completions("flaky", "b")) == [1, 1]
+    assert source.calls == [["flaky", "b"], ["flaky", "b"]]  # the whole batch, again
