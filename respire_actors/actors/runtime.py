@@ -71,8 +71,11 @@ class WorkerStatistics:
     promotion_passes: int = 0
     expired_staged: int = 0
     missing_staged: int = 0
+    # handler returns that were outcomes built around their checks (treated as failures)
     invalid_outcomes: int = 0
+    # completions the server (or the completer's own check) refused; their entries stay pending
     rejected_completions: int = 0
+    # successes whose return value was too large or unencodable to keep (keep_results)
     results_not_kept: int = 0
 
 
