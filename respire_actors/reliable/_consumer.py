@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Generic, Literal, TypeVar
 
-from ..codecs import Codec, DecodeError, check_codec, encode_with
+from ..codecs import Codec, DecodeError, check_codec
 from ..errors import ConfigurationError, ScriptError, ValidationError
 from ..keys import hash_tag, same_slot
 from ..redis.client import RedisClient
@@ -68,10 +68,6 @@ def check_dedup_id(dedup_id: object) -> str:
     if size > MAX_DEDUP_ID_BYTES:
         raise ValidationError(f"dedup_id is {size} bytes; the limit is {MAX_DEDUP_ID_BYTES}")
     return dedup_id
-
-
-encode_payload = encode_with
-"""Kept for the reliable modules: :func:`respire_actors.codecs.encode_with`."""
 
 
 def parse_receipt(target: object) -> tuple[str, str, str]:

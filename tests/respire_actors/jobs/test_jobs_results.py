@@ -282,3 +282,30 @@ async def test_results_on_a_cluster(cluster_client: RedisClient, unique_name: st
     assert await queue.result("b", timeout=5) == {"n": 2}
     with pytest.raises(JobDeadLettered):
         await queue.result("c", timeout=5)
+
+
+async def test_a_job_dead_lettered_by_recovery_is_reported_from_its_event(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """Recovery dead-letters a job whose lease ran out at the delivery limit without the
+    handler's registration (so no record): the waiter learns it from the dead-letter event."""
+    got: list[JobDeadLettered] = []
+
+    async def wait() -> None:
+        try:
+            await queue.result("stuck", timeout=20)
+        except JobDeadLettered as exc:
+            got.append(exc)
+
+    async def handler(job: Job[str]) -> Any:
+        await anyio.sleep_forever()  # cancelled when the lease runs out
+
+    options = fast_options(keep_results=60, delivery_limit=1, visibility_timeout=0.3)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait)
+        await anyio.sleep(0.2)
+        await queue.enqueue("stuck", "x")
+        async with running_worker(client, queue.name, handler, options=options):
+            await wait_until(lambda: got != [], timeout=20)
+    assert got[0].reason == "delivery-limit"
+    assert (await queue.status("stuck")).state == "unknown"
