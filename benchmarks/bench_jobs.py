@@ -79,7 +79,9 @@ def _counting_handler(n: int):
     return done, handler
 
 
-async def bench_process(client, n: int, concurrency: int) -> tuple[float, float]:
+async def bench_process(
+    client, n: int, concurrency: int, keep_results: float | None = None
+) -> tuple[float, float]:
     q = JobQueue(client, f"bench-{uuid.uuid4().hex[:8]}", BytesCodec())
     await q.enqueue_many((f"j{i}", b"x") for i in range(n))
     done, handler = _counting_handler(n)
@@ -89,7 +91,11 @@ async def bench_process(client, n: int, concurrency: int) -> tuple[float, float]
         q.name,
         handler,
         BytesCodec(),
-        WorkerOptions(consumer_count=concurrency, read_batch=max(concurrency, 32)),
+        WorkerOptions(
+            consumer_count=concurrency,
+            read_batch=max(concurrency, 32),
+            keep_results=keep_results,
+        ),
     )
     async with anyio.create_task_group() as tg:
         await tg.start(worker.run, client)
@@ -198,6 +204,13 @@ async def run(url: str, jobs: int) -> None:
                     f"{rate:,.0f} jobs/s, {trips:.2f} round trips/job",
                 )
             )
+        rate, trips = await bench_process(client, jobs, 64, keep_results=600)
+        rows.append(
+            (
+                "process no-op, concurrency 64, keep_results",
+                f"{rate:,.0f} jobs/s, {trips:.2f} round trips/job",
+            )
+        )
         t = time.perf_counter()
         q = JobQueue(client, f"bench-{uuid.uuid4().hex[:8]}", BytesCodec())
         await q.enqueue_scheduled_many((f"e{i}", b"x") for i in range(jobs))

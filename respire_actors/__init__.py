@@ -4,13 +4,26 @@ actors on anyio, running unchanged under trio or asyncio.
 See README.md and docs/ for the guide; every public name is re-exported here.
 """
 
-from .codecs import BytesCodec, Codec, DecodeError, EncodeError, JsonCodec, StrCodec
+from .codecs import (
+    BytesCodec,
+    Codec,
+    CodecError,
+    DecodeError,
+    EncodeError,
+    JsonCodec,
+    JsonValueCodec,
+    StrCodec,
+)
 from .embedded import EmbeddedConfig, open_embedded_server, run_embedded_server
 from .errors import (
     CommandTimeout,
     ConfigurationError,
     ConsumerGroupMissing,
     EmbeddedServerError,
+    JobDeadLettered,
+    JobResultError,
+    JobResultTimeout,
+    JobResultUnavailable,
     PermissionDenied,
     RedisUnavailable,
     RespireError,
@@ -33,6 +46,7 @@ from .jobs import (
     JobEnqueueOptions,
     JobEvent,
     JobQueue,
+    JobStatus,
     LogPolicy,
     Nack,
     Outcome,
@@ -64,7 +78,14 @@ __all__ = [
     "Ack",
     "BytesCodec",
     "Codec",
+    "CodecError",
     "CommandTimeout",
+    "JobDeadLettered",
+    "JobResultError",
+    "JobResultTimeout",
+    "JobResultUnavailable",
+    "JobStatus",
+    "JsonValueCodec",
     "ConfigurationError",
     "ConsumerGroupMissing",
     "ConnectionSettings",

@@ -11,6 +11,7 @@ cannot serialise. Both are raised locally, before or after talking to Redis, nev
 
 from __future__ import annotations
 
+import json
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 from cattrs.preconf.json import JsonConverter, make_converter
@@ -89,7 +90,34 @@ class StrCodec:
         return "StrCodec()"
 
 
-_DEFAULT_CONVERTER: JsonConverter = make_converter()
+def _strict(kind: type[Any], *accepted: type[Any]) -> Any:
+    ok = accepted or (kind,)
+
+    def structure(value: Any, _: Any) -> Any:
+        # bool is an int subclass: it passes only where bool itself is expected
+        if isinstance(value, bool) and kind is not bool:
+            raise TypeError(f"expected {kind.__name__}, got bool")
+        if not isinstance(value, ok):
+            raise TypeError(f"expected {kind.__name__}, got {type(value).__name__}")
+        return kind(value)
+
+    return structure
+
+
+def strict_converter() -> JsonConverter:
+    """A cattrs JSON converter that structures ``str``, ``int``, ``float`` and ``bool`` fields
+    only from JSON values of that type (cattrs' default would turn ``123`` into ``"123"`` and
+    ``true`` into ``1``). An ``int`` is accepted where a ``float`` is expected. Unknown keys are
+    ignored, so producers can add fields before every worker is upgraded."""
+    converter = make_converter()
+    converter.register_structure_hook(str, _strict(str))
+    converter.register_structure_hook(int, _strict(int))
+    converter.register_structure_hook(float, _strict(float, int, float))
+    converter.register_structure_hook(bool, _strict(bool))
+    return converter
+
+
+_DEFAULT_CONVERTER: JsonConverter = strict_converter()
 
 
 class JsonCodec(Generic[T]):
@@ -97,12 +125,17 @@ class JsonCodec(Generic[T]):
 
     ``JsonCodec(Order)`` structures decoded JSON into ``Order``; pass ``converter`` to use a
     customised :class:`cattrs.preconf.json.JsonConverter` (configure it fully before sharing:
-    a converter is safe for concurrent use once its hooks are registered).
+    a converter is safe for concurrent use once its hooks are registered). The default
+    converter is strict about primitive fields (see :func:`strict_converter`): ``{"to": 123}``
+    does not decode into a ``str`` field. ``JsonCodec(Order)`` must be given the type: a codec
+    class is not a codec (pass ``JsonCodec(Order)``, not ``JsonCodec``).
     """
 
     __slots__ = ("_converter", "_type")
 
     def __init__(self, type_: type[T], *, converter: JsonConverter | None = None) -> None:
+        if converter is not None and not isinstance(converter, JsonConverter):
+            raise ValidationError("converter must be a cattrs.preconf.json.JsonConverter")
         self._type = type_
         self._converter = converter if converter is not None else _DEFAULT_CONVERTER
 
@@ -131,6 +164,73 @@ class JsonCodec(Generic[T]):
         return f"JsonCodec({self._type_name()})"
 
 
+class JsonValueCodec:
+    """Plain JSON values: ``encode`` unstructures with cattrs first, so dataclasses, attrs
+    classes, enums, datetimes, sets and tuples become JSON objects, strings and arrays;
+    ``decode`` returns what JSON holds (dicts, lists, str, int, float, bool, None). The default
+    result codec of job workers."""
+
+    __slots__ = ("_converter",)
+
+    def __init__(self, *, converter: JsonConverter | None = None) -> None:
+        self._converter = converter if converter is not None else _DEFAULT_CONVERTER
+
+    def encode(self, value: object) -> bytes:
+        try:
+            return json.dumps(
+                self._converter.unstructure(value), ensure_ascii=False, allow_nan=False
+            ).encode("utf-8")
+        except Exception as exc:
+            raise EncodeError(f"cannot encode {type(value).__name__} as JSON: {exc}") from exc
+
+    def decode(self, data: bytes) -> Any:
+        try:
+            return json.loads(bytes(data))
+        except Exception as exc:
+            raise DecodeError(f"not a JSON value: {exc}") from exc
+
+    def __repr__(self) -> str:
+        return "JsonValueCodec()"
+
+
+def check_codec(codec: object, *, what: str = "codec") -> None:
+    """Raise :class:`ValidationError` unless ``codec`` is a codec instance: an object with
+    callable ``encode`` and ``decode`` (a codec class, ``None`` or a plain value is not)."""
+    if isinstance(codec, type):
+        example = "JsonCodec(Email)" if codec is JsonCodec else f"{codec.__name__}()"
+        raise ValidationError(f"{what} must be a codec instance, not the class: pass {example}")
+    if not callable(getattr(codec, "encode", None)) or not callable(getattr(codec, "decode", None)):
+        raise ValidationError(
+            f"{what} must have encode(value) -> bytes and decode(bytes) -> value, "
+            f"got {type(codec).__name__}"
+        )
+
+
+def encode_with(codec: Codec[Any], value: object) -> bytes:
+    """Encode ``value`` at a queue boundary: anything the codec raises becomes an
+    :class:`EncodeError`, and a codec that returns something other than bytes (``bytearray``
+    and ``memoryview`` are copied) raises one too, so nothing malformed reaches Redis."""
+    try:
+        data = codec.encode(value)
+    except EncodeError:
+        raise
+    except Exception as exc:
+        raise EncodeError(f"the codec could not encode the value: {exc}") from exc
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise EncodeError(f"the codec returned {type(data).__name__}, not bytes")
+    return bytes(data)
+
+
+def decode_with(codec: Codec[T], data: bytes) -> T:
+    """Decode ``data``; anything the codec raises becomes a :class:`DecodeError`."""
+    try:
+        return codec.decode(data)
+    except DecodeError:
+        raise
+    except Exception as exc:
+        raise DecodeError(f"the codec could not decode the payload: {exc}") from exc
+
+
 __all__ = [
     "BytesCodec",
     "Codec",
@@ -138,5 +238,10 @@ __all__ = [
     "DecodeError",
     "EncodeError",
     "JsonCodec",
+    "JsonValueCodec",
     "StrCodec",
+    "check_codec",
+    "decode_with",
+    "encode_with",
+    "strict_converter",
 ]

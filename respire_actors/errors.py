@@ -4,11 +4,18 @@
 
     RespireError
     ├── ValidationError (also ValueError)   bad input, raised before anything is sent to Redis
+    │   └── CodecError                      (codecs) a payload could not be encoded or decoded
+    │       ├── EncodeError                 a value could not be serialised; nothing was sent
+    │       └── DecodeError                 stored bytes are not a valid payload
     ├── ConfigurationError                  a setting that cannot work (bad URL, mismatched policy)
     │   └── ConsumerGroupMissing            a queue's consumer group vanished (never recreated at 0)
     ├── RedisUnavailable                    cannot reach the server, or the connection dropped
     │   └── CommandTimeout (also TimeoutError)  no reply within the command timeout
     ├── UnsupportedServer                   the server is older than Redis 7.0
+    ├── JobResultError                      a job's retained result cannot be returned
+    │   ├── JobResultTimeout (also TimeoutError)  no outcome within ``queue.result``'s timeout
+    │   ├── JobDeadLettered                 the job ended in the dead-letter stream
+    │   └── JobResultUnavailable            the job completed but no value was retained
     ├── ServerError                         the server refused a command
     │   ├── ServerLoading                   the server is still loading its data set (LOADING)
     │   ├── PermissionDenied                ACL refused a command (NOPERM or our preflight)
@@ -107,6 +114,41 @@ class TransactionAborted(ServerError):
 
     def __init__(self, message: str = "watched key changed; transaction discarded") -> None:
         super().__init__(message)
+
+
+class JobResultError(RespireError):
+    """Base of the errors :meth:`JobQueue.result <respire_actors.jobs.JobQueue.result>` raises
+    for a job whose value cannot be returned. ``job_id`` names the job."""
+
+    def __init__(self, message: str, job_id: str) -> None:
+        super().__init__(message)
+        self.job_id = job_id
+
+
+class JobResultTimeout(JobResultError, TimeoutError):
+    """No completed or dead-lettered outcome was seen within the timeout. The job may still be
+    waiting, running, or retrying; waiting again is safe."""
+
+
+class JobDeadLettered(JobResultError):
+    """The job was dead-lettered. ``reason`` is its dead-letter reason (``explicit``,
+    ``nack``, ``processing-failed`` or ``delivery-limit``), ``detail`` the handler's free text
+    (empty when none)."""
+
+    def __init__(self, message: str, job_id: str, reason: str, detail: str = "") -> None:
+        super().__init__(message, job_id)
+        self.reason = reason
+        self.detail = detail
+
+
+class JobResultUnavailable(JobResultError):
+    """The job completed, but no value can be returned: the worker does not keep results, the
+    retained record expired, or the value was not stored (``problem`` says why:
+    ``"result-too-large"``, ``"result-unencodable"``, ``"not-retained"``)."""
+
+    def __init__(self, message: str, job_id: str, problem: str) -> None:
+        super().__init__(message, job_id)
+        self.problem = problem
 
 
 class EmbeddedServerError(RespireError):

@@ -14,6 +14,7 @@ Job queue ``email`` (prefix ``P``)::
     P{respire-job:email}:logs:<sha256>    capped per-job log list
     P{respire-job:email}:scheduled        staging stream of delayed jobs and durable retries
     P{respire-job:email}:due              due-time index of the staging stream
+    P{respire-job:email}:result:<sha256>  retained outcome record of one job id (keep_results)
 
 Reliable queue ``orders``::
 
@@ -120,6 +121,10 @@ class JobQueueKeys:
 
     def logs(self, job_id: str) -> str:
         return f"{self.base}:logs:{digest(job_id)}"
+
+    def result(self, job_id: str) -> str:
+        """The retained outcome record (a hash) of one job id."""
+        return f"{self.base}:result:{digest(job_id)}"
 
     def custom(self, suffix: str) -> str:
         """A caller-chosen key inside this queue's slot (e.g. a dead-letter override)."""

@@ -7,14 +7,22 @@ its mailbox before returning, so handlers that finished are committed.
 
 from __future__ import annotations
 
+import re
+
 import anyio
 import anyio.abc
 
 from supervisors import MailboxClosed, current_child
 
-from ..errors import RedisUnavailable, ServerError
+from ..errors import (
+    PermissionDenied,
+    RedisUnavailable,
+    ServerError,
+    ServerLoading,
+    ValidationError,
+)
 from .intake import group_lost
-from .messages import Completion
+from .messages import MAX_DETAIL_BYTES, Completion, Delivery
 from .runtime import QueueRuntime, log
 
 MAX_BATCH = 256
@@ -22,26 +30,61 @@ MAX_BATCH = 256
 
 async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
     """Commit one batch (retrying transient failures); returns per completion 1 committed,
-    0 stale, 2 (a retry) acknowledged as expired instead of staged."""
-    backoff = 0.05
-    while True:
-        try:
-            with anyio.CancelScope(shield=True):
-                statuses = await rt.source.complete(rt.consumer, batch)
-            break
-        except RedisUnavailable as exc:
-            log.warning("completing %d deliveries of %s: %s; retrying", len(batch), rt.name, exc)
-            await anyio.sleep(backoff)
-            backoff = min(backoff * 2, 3.2)
-        except ServerError as exc:
-            if exc.code != "NOGROUP":
-                raise
-            # The group vanished with its pending entries: nothing can be committed (stale).
-            await group_lost(rt)
-            statuses = [0] * len(batch)
-            break
+    0 stale (or refused, see below), 2 (a retry) acknowledged as expired instead of staged.
+    A source may report -1 for a completion the server refused on its own (the others
+    committed): it counts as refused.
+
+    One bad completion must not cost the others. Completions that cannot be sent at all
+    (malformed fields) are set aside before anything is sent. When the server refuses a batch
+    (a script's argument or invariant check, a key of one job holding the wrong type...), the
+    batch is committed again one completion at a time, so the good ones commit and the bad one
+    is logged and counted in ``rejected_completions``: its entry stays pending and is recovered
+    after the visibility timeout (and dead-lettered by recovery at the delivery limit). Outcomes
+    the refused call had already committed report 0 (stale) on the second pass. An ACL refusal
+    (``PermissionDenied``) would refuse every completion: it stops the completer, whose
+    supervisor restarts it. ``RedisUnavailable`` and ``ServerLoading`` are retried as before:
+    the outcome is unknown, and repeating a fenced commit is harmless.
+    """
+    bad = {i: why for i, c in enumerate(batch) if (why := _malformed(c))}
+    if bad:
+        good = [c for i, c in enumerate(batch) if i not in bad]
+        committed = iter(await commit(rt, good) if good else [])
+        out: list[int] = []
+        for i, c in enumerate(batch):
+            if i in bad:
+                _reject(rt, c, ValidationError(bad[i]))
+                out.append(0)
+            else:
+                out.append(next(committed))
+        return out
+    try:
+        statuses = await _commit_retrying(rt, batch)
+    except PermissionDenied:
+        raise
+    except ServerError as exc:
+        if len(batch) == 1:
+            statuses = [_reject(rt, batch[0], exc)]
+        else:
+            log.warning(
+                "a batch of %d completions of %s was refused (%s); committing them one by one",
+                len(batch),
+                rt.name,
+                exc,
+            )
+            statuses = []
+            for c in batch:
+                try:
+                    statuses += await _commit_retrying(rt, [c])
+                except PermissionDenied:
+                    raise
+                except ServerError as single:
+                    statuses.append(_reject(rt, c, single))
     rt.stats.completion_batches += 1
     for c, status in zip(batch, statuses, strict=True):
+        if status < 0:
+            if status != -2:  # -2: already counted by _reject
+                rt.stats.rejected_completions += 1
+            continue
         if not status:
             rt.stats.stale_completions += 1
         elif c.kind == "ack":
@@ -52,7 +95,70 @@ async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
             rt.stats.expired += 1
         elif c.kind == "retry":
             rt.stats.retried += 1
-    return statuses
+    return [max(0, s) for s in statuses]
+
+
+_KINDS = frozenset({"ack", "dead", "expired", "retry"})
+
+
+def _malformed(c: Completion) -> str:
+    """Why a completion cannot be sent (the runner validates outcomes, so this guards the
+    shared connection against a completion built some other way); '' when it is fine."""
+    d = c.delivery
+    if not isinstance(c, Completion) or not isinstance(d, Delivery):
+        return "not a Completion of a Delivery"
+    if c.kind not in _KINDS:
+        return f"unknown completion kind {c.kind!r}"
+    if not isinstance(d.entry_id, str) or not _ENTRY_ID.fullmatch(d.entry_id):
+        return f"bad entry id {d.entry_id!r}"
+    if isinstance(d.attempt, bool) or not isinstance(d.attempt, int) or d.attempt < 0:
+        return f"bad attempt {d.attempt!r}"
+    if not isinstance(c.reason, str) or len(c.reason) > 64:
+        return "bad dead-letter reason"
+    if not isinstance(c.detail, str) or len(c.detail.encode("utf-8", "replace")) > MAX_DETAIL_BYTES:
+        return "bad dead-letter detail"
+    for value in (c.delay_ms, c.keep_ms):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 2**31 - 1:
+            return "bad delay or retention"
+    if not isinstance(c.result, bytes) or not isinstance(c.result_state, str):
+        return "bad result"
+    return ""
+
+
+_ENTRY_ID = re.compile(r"[0-9]{1,20}-[0-9]{1,20}")
+
+
+def _reject(rt: QueueRuntime, c: Completion, exc: Exception) -> int:
+    rt.stats.rejected_completions += 1
+    log.error(
+        "the %s completion of %r of %s was refused by the server (%s); its entry stays pending "
+        "for recovery",
+        c.kind,
+        c.delivery.job_id or c.delivery.entry_id,
+        rt.name,
+        exc,
+    )
+    return -2
+
+
+async def _commit_retrying(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
+    """One source call, repeated while the server is unreachable or still loading: a lost
+    reply is harmless to repeat (fencing). Raises any other error."""
+    backoff = 0.05
+    while True:
+        try:
+            with anyio.CancelScope(shield=True):
+                return await rt.source.complete(rt.consumer, batch)
+        except (RedisUnavailable, ServerLoading) as exc:
+            log.warning("completing %d deliveries of %s: %s; retrying", len(batch), rt.name, exc)
+            await anyio.sleep(backoff)
+            backoff = min(backoff * 2, 3.2)
+        except ServerError as exc:
+            if exc.code != "NOGROUP":
+                raise
+            # The group vanished with its pending entries: nothing can be committed (stale).
+            await group_lost(rt)
+            return [0] * len(batch)
 
 
 def _drain(rt: QueueRuntime, batch: list[Completion]) -> None:

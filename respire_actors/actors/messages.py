@@ -10,6 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
+from ..errors import ValidationError
+
+MAX_DETAIL_BYTES = 1024
+"""Longest free-text dead-letter detail, in UTF-8 bytes (longer is refused, never truncated)."""
+MAX_RETRY_DELAY_MS = 2**31 - 1
+
 
 class DeadLetterReason(StrEnum):
     """Why a job ended in the dead-letter stream."""
@@ -30,11 +36,51 @@ class Nack:
     """Failure: leave the delivery for visibility recovery, or dead-letter it at the limit."""
 
 
+def _reason(value: object) -> str:
+    if isinstance(value, DeadLetterReason):
+        return value.value
+    if isinstance(value, str):
+        try:
+            return DeadLetterReason(value).value
+        except ValueError:
+            pass
+    allowed = ", ".join(repr(r.value) for r in DeadLetterReason)
+    raise ValidationError(
+        f"dead-letter reason must be a DeadLetterReason or one of {allowed}, got {value!r}; "
+        "put free text in detail="
+    )
+
+
+def _detail(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValidationError(f"dead-letter detail must be a str, got {type(value).__name__}")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValidationError("dead-letter detail is not valid Unicode") from None
+    if size > MAX_DETAIL_BYTES:
+        raise ValidationError(
+            f"dead-letter detail is {size} bytes; the limit is {MAX_DETAIL_BYTES} (not truncated)"
+        )
+    return value
+
+
 @dataclass(frozen=True, slots=True)
 class DeadLetter:
-    """Give up now: copy the job to the dead-letter stream with a reason, and acknowledge."""
+    """Give up now: copy the job to the dead-letter stream with a reason, and acknowledge.
+
+    ``reason`` is one of the bounded :class:`DeadLetterReason` values (the enum or its string,
+    default ``explicit``); ``detail`` is optional free text for people, at most
+    :data:`MAX_DETAIL_BYTES` UTF-8 bytes, stored with the dead letter. Anything else raises
+    :class:`~respire_actors.errors.ValidationError` here, in the handler.
+    """
 
     reason: str = DeadLetterReason.EXPLICIT.value
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "reason", _reason(self.reason))
+        _detail(self.detail)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +91,32 @@ class RetryAfter:
     registration; without them it behaves as :class:`Nack`."""
 
     delay_ms: int
+
+    def __post_init__(self) -> None:
+        _delay(self.delay_ms)
+
+
+def _delay(value: object) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 0 <= value <= MAX_RETRY_DELAY_MS
+    ):
+        raise ValidationError(
+            f"retry delay must be an integer from 0 to {MAX_RETRY_DELAY_MS} ms, got {value!r}"
+        )
+    return value
+
+
+def check_outcome(outcome: Ack | Nack | DeadLetter | RetryAfter) -> None:
+    """Re-validate an outcome where the runner receives it: a handler can still build one that
+    bypasses ``__post_init__`` (``object.__setattr__``, a subclass). Raises
+    :class:`~respire_actors.errors.ValidationError`."""
+    if isinstance(outcome, DeadLetter):
+        _reason(outcome.reason)
+        _detail(outcome.detail)
+    elif isinstance(outcome, RetryAfter):
+        _delay(outcome.delay_ms)
 
 
 Outcome = Ack | Nack | DeadLetter | RetryAfter
@@ -96,3 +168,10 @@ class Completion:
     kind: str  # 'ack' | 'dead' | 'expired' | 'retry'
     reason: str = ""
     delay_ms: int = 0  # 'retry': stage the new entry due this long after the transition
+    detail: str = ""  # 'dead': the handler's free-text detail (validated, bounded)
+    # Result retention (job workers with keep_results): how long to keep the record (0: none),
+    # what happened to the value ('value', 'result-too-large', 'result-unencodable', '' none)
+    # and the encoded value itself.
+    keep_ms: int = 0
+    result_state: str = ""
+    result: bytes = b""

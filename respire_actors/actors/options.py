@@ -16,6 +16,11 @@ from ..keys import validate_name
 
 MAX_MS = 2**31 - 1
 CONSUMER_GROUP = "respire"
+MIN_VISIBILITY_MS = 10
+"""The shortest visibility timeout (a handler's lease) job workers, stream workers and the
+reliable queue accept: a lease shorter than a few round trips cannot be honoured."""
+DEFAULT_MAX_RESULT_BYTES = 512 * 1024
+MAX_RESULT_BYTES = 64 * 1024 * 1024
 
 
 def duration_ms(value: timedelta | float | int, *, what: str, allow_zero: bool = False) -> int:
@@ -26,6 +31,9 @@ def duration_ms(value: timedelta | float | int, *, what: str, allow_zero: bool =
     """
     if isinstance(value, bool) or not isinstance(value, timedelta | int | float):
         raise ValidationError(f"{what} must be a timedelta or a number of seconds")
+    if isinstance(value, int) and not -MAX_MS <= value <= MAX_MS:
+        # float(10**400) would raise OverflowError; such a value is out of range anyway
+        raise ValidationError(f"{what} must be at most {MAX_MS} ms (about 24.8 days)")
     seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
     if math.isnan(seconds) or math.isinf(seconds):
         raise ValidationError(f"{what} must be finite")
@@ -57,6 +65,12 @@ def validate_recreate_missing_group(value: object) -> str:
             f"'1700000000000-0', got {value!r}"
         )
     return value
+def visibility_ms(value: timedelta | float | int, *, what: str = "visibility_timeout") -> int:
+    """:func:`duration_ms` for a visibility timeout: at least :data:`MIN_VISIBILITY_MS`."""
+    ms = duration_ms(value, what=what)
+    if ms < MIN_VISIBILITY_MS:
+        raise ValidationError(f"{what} must be at least {MIN_VISIBILITY_MS} ms, got {value!r}")
+    return ms
 
 
 def default_consumer_name() -> str:
@@ -117,6 +131,15 @@ class WorkerOptions:
                          the reader and the next pass continues from where this one stopped
     consumer_idle_timeout: the sweeper removes other consumers of the group that have been idle
                          this long and have nothing pending (None: never)
+    keep_results:        job workers only: keep each job's outcome (and the handler's encoded
+                         return value) this long for ``JobQueue.result`` / ``status``; None
+                         (default) keeps nothing. Beyond the seed, see docs/results.md
+    max_result_bytes:    largest encoded return value kept (default 512 KiB, at most 64 MiB);
+                         a larger one is recorded as ``result-too-large``, the job still completes
+    dead_letter_undecodable: dead-letter a payload the codec cannot decode at once; by default
+                         (False) it follows the nack policy like a failed handler
+
+    The visibility timeout must be at least 10 ms (:data:`MIN_VISIBILITY_MS`).
     """
 
     consumer_count: int = 16
@@ -134,6 +157,9 @@ class WorkerOptions:
     recreate_missing_group: str = "fail"
     recovery_max_pages: int = 4
     consumer_idle_timeout: timedelta | None = timedelta(days=1)
+    keep_results: timedelta | float | None = None
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    dead_letter_undecodable: bool = False
 
     def __post_init__(self) -> None:
         validate_recreate_missing_group(self.recreate_missing_group)
@@ -151,7 +177,7 @@ class WorkerOptions:
             or not 1 <= self.consumer_count <= 10_000
         ):
             raise ValidationError("consumer_count must be an integer from 1 to 10000")
-        duration_ms(self.visibility_timeout, what="visibility_timeout")
+        visibility_ms(self.visibility_timeout)
         duration_ms(self.recovery_interval, what="recovery_interval")
         duration_ms(self.poll_interval, what="poll_interval")
         duration_ms(self.shutdown_grace, what="shutdown_grace", allow_zero=True)
@@ -183,6 +209,27 @@ class WorkerOptions:
             validate_name(self.consumer_name, what="consumer_name")
         if self.telemetry_name is not None:
             validate_name(self.telemetry_name, what="telemetry_name")
+        if not isinstance(self.logs, LogPolicy):
+            raise ValidationError(f"logs must be a LogPolicy, got {type(self.logs).__name__}")
+        if self.keep_results is not None:
+            duration_ms(self.keep_results, what="keep_results")
+        if (
+            isinstance(self.max_result_bytes, bool)
+            or not isinstance(self.max_result_bytes, int)
+            or not 1 <= self.max_result_bytes <= MAX_RESULT_BYTES
+        ):
+            raise ValidationError(
+                f"max_result_bytes must be an integer from 1 to {MAX_RESULT_BYTES}"
+            )
+        if not isinstance(self.dead_letter_undecodable, bool):
+            raise ValidationError("dead_letter_undecodable must be a bool")
+
+    @property
+    def keep_results_ms(self) -> int:
+        """Result retention in ms, 0 for none."""
+        if self.keep_results is None:
+            return 0
+        return duration_ms(self.keep_results, what="keep_results")
 
 
 MAX_SCHEDULING_BATCH = 256

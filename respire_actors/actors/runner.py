@@ -14,8 +14,19 @@ import anyio.abc
 
 from supervisors import current_child
 
-from ..codecs import DecodeError
-from .messages import Ack, Completion, DeadLetter, DeadLetterReason, Delivery, Nack, RetryAfter
+from ..codecs import DecodeError, EncodeError, encode_with
+from ..errors import ValidationError
+from .messages import (
+    MAX_DETAIL_BYTES,
+    Ack,
+    Completion,
+    DeadLetter,
+    DeadLetterReason,
+    Delivery,
+    Nack,
+    RetryAfter,
+    check_outcome,
+)
 from .runtime import QueueRuntime, log
 
 
@@ -24,21 +35,36 @@ async def process(rt: QueueRuntime, delivery: Delivery, deadline: float) -> None
 
     The handler argument comes from ``rt.bind`` (a ``Job`` for job workers, the raw entry for
     stream workers). It must have ``cancel_scope`` and ``lease_lost`` attributes.
+
+    What the handler returns decides the outcome: ``None``, ``ACK`` or any value that is not
+    an outcome is a success (with result retention, the value is kept); ``NACK``,
+    ``RetryAfter`` and ``DeadLetter`` are failures; an exception, or an outcome object that
+    fails validation (built around its checks), takes the nack path as a processing failure.
     """
     label = delivery.job_id or delivery.entry_id
     try:
         arg = rt.bind(rt, delivery)
     except DecodeError as exc:
         rt.stats.decode_failures += 1
-        log.warning(
-            "%r of %s cannot be decoded (%s); dead-lettering without calling the handler",
-            label,
-            rt.name,
-            exc,
-        )
-        await rt.completions.send(
-            Completion(delivery, "dead", DeadLetterReason.PROCESSING_FAILED.value)
-        )
+        if rt.options.dead_letter_undecodable:
+            log.warning(
+                "%r of %s cannot be decoded (%s); dead-lettering without calling the handler",
+                label,
+                rt.name,
+                exc,
+            )
+            await rt.completions.send(
+                _dead(rt, delivery, DeadLetterReason.PROCESSING_FAILED.value, _short(exc))
+            )
+        else:
+            log.warning(
+                "%r of %s cannot be decoded (%s); the nack policy applies (attempt %d)",
+                label,
+                rt.name,
+                exc,
+                delivery.attempt,
+            )
+            await _nack(rt, delivery, DeadLetterReason.PROCESSING_FAILED.value)
         return
     rt.stats.started += 1
     outcome: object = None
@@ -59,24 +85,82 @@ async def process(rt: QueueRuntime, delivery: Delivery, deadline: float) -> None
             rt.stats.leases_lost += 1
         log.warning("%r of %s lost its lease; left pending for recovery", label, rt.name)
         return
+    if not failed and (
+        isinstance(outcome, Ack | Nack | DeadLetter | RetryAfter) or _outcome_class(outcome)
+    ):
+        try:
+            if _outcome_class(outcome):
+                raise ValidationError(f"{outcome!r} is an outcome class, not an outcome")
+            check_outcome(outcome)  # type: ignore[arg-type]
+        except ValidationError as exc:
+            failed = True
+            rt.stats.failed += 1
+            rt.stats.invalid_outcomes += 1
+            log.error(
+                "handler for %s returned an invalid outcome for %r (%s); treating it as a failure",
+                rt.name,
+                label,
+                exc,
+            )
     if failed:
         await _nack(rt, delivery, DeadLetterReason.PROCESSING_FAILED.value)
-    elif outcome is None or isinstance(outcome, Ack):
-        await rt.completions.send(Completion(delivery, "ack"))
     elif isinstance(outcome, DeadLetter):
-        await rt.completions.send(Completion(delivery, "dead", outcome.reason))
+        await rt.completions.send(_dead(rt, delivery, outcome.reason, outcome.detail))
     elif isinstance(outcome, Nack):
         await _nack(rt, delivery, DeadLetterReason.NACK.value)
     elif isinstance(outcome, RetryAfter):
         await _nack(rt, delivery, DeadLetterReason.NACK.value, outcome.delay_ms)
     else:
-        log.error(
-            "handler for %s returned %r, not an outcome; treating it as a failure",
+        # None, ACK, or a plain return value: success
+        await rt.completions.send(_ack(rt, delivery, None if isinstance(outcome, Ack) else outcome))
+
+
+def _outcome_class(value: object) -> bool:
+    """``return DeadLetter`` (the class) is a mistake, not a plain success value."""
+    return isinstance(value, type) and issubclass(value, Ack | Nack | DeadLetter | RetryAfter)
+
+
+def _short(exc: BaseException) -> str:
+    """An exception as a dead-letter detail, cut to the bound at a character boundary (this is
+    our own text, not the handler's, so shortening it is fine)."""
+    text = f"{type(exc).__name__}: {exc}"
+    data = text.encode("utf-8", "replace")[:MAX_DETAIL_BYTES]
+    return data.decode("utf-8", "ignore")
+
+
+def _ack(rt: QueueRuntime, delivery: Delivery, value: object) -> Completion:
+    """The 'ack' completion; with result retention, ``value`` encoded (None is kept as a
+    value too) or the reason it could not be."""
+    keep = rt.options.keep_results_ms
+    if not keep or rt.result_codec is None:
+        return Completion(delivery, "ack")
+    try:
+        data = encode_with(rt.result_codec, value)
+    except EncodeError as exc:
+        rt.stats.results_not_kept += 1
+        log.warning(
+            "the result of %r of %s cannot be encoded (%s); the job completes without it",
+            delivery.job_id or delivery.entry_id,
             rt.name,
-            outcome,
+            exc,
         )
-        rt.stats.failed += 1
-        await _nack(rt, delivery, DeadLetterReason.PROCESSING_FAILED.value)
+        return Completion(delivery, "ack", keep_ms=keep, result_state="result-unencodable")
+    if len(data) > rt.options.max_result_bytes:
+        rt.stats.results_not_kept += 1
+        log.warning(
+            "the result of %r of %s is %d bytes, over max_result_bytes (%d); the job completes "
+            "without it",
+            delivery.job_id or delivery.entry_id,
+            rt.name,
+            len(data),
+            rt.options.max_result_bytes,
+        )
+        return Completion(delivery, "ack", keep_ms=keep, result_state="result-too-large")
+    return Completion(delivery, "ack", keep_ms=keep, result_state="value", result=data)
+
+
+def _dead(rt: QueueRuntime, delivery: Delivery, reason: str, detail: str = "") -> Completion:
+    return Completion(delivery, "dead", reason, detail=detail, keep_ms=rt.options.keep_results_ms)
 
 
 def retry_decision(
@@ -109,7 +193,7 @@ async def _nack(
     rt.stats.nacked += 1
     decision, delay = retry_decision(rt, delivery, retry_after_ms)
     if decision == "dead":
-        await rt.completions.send(Completion(delivery, "dead", reason))
+        await rt.completions.send(_dead(rt, delivery, reason))
     elif decision == "retry":
         await rt.completions.send(Completion(delivery, "retry", reason, delay))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ import anyio
 from supervisors import Mailbox
 
 from ..codecs import Codec
+from ..errors import ValidationError
 from ..keys import JobQueueKeys
 from ..redis.client import RedisClient
 from .admission import Admission
@@ -23,6 +25,22 @@ log = logging.getLogger("respire_actors.worker")
 
 Handler = Callable[[Any], Awaitable[Any]]
 """A handler: an async function of the bound delivery (a ``Job``, a ``StreamEntry``...)."""
+
+
+def check_handler(handler: object, *, what: str = "handler") -> None:
+    """Raise :class:`ValidationError` unless ``handler`` is an ``async def`` function (or a
+    ``functools.partial`` of one, or an object whose ``__call__`` is ``async def``)."""
+    if isinstance(handler, type) or not callable(handler):
+        raise ValidationError(f"{what} must be an async function, got {type(handler).__name__}")
+    if inspect.iscoroutinefunction(handler):
+        return
+    call = getattr(handler, "__call__", None)  # noqa: B004 - the bound method is what is awaited
+    if call is not None and inspect.iscoroutinefunction(call):
+        return
+    raise ValidationError(
+        f"{what} {getattr(handler, '__name__', handler)!r} must be an async function "
+        "(async def); a plain function would be called and its return value awaited"
+    )
 
 
 @dataclass(slots=True)
@@ -54,6 +72,12 @@ class WorkerStatistics:
     expired_staged: int = 0
     missing_staged: int = 0
     consumers_removed: int = 0
+    # handler returns that were outcomes built around their checks (treated as failures)
+    invalid_outcomes: int = 0
+    # completions the server (or the completer's own check) refused; their entries stay pending
+    rejected_completions: int = 0
+    # successes whose return value was too large or unencodable to keep (keep_results)
+    results_not_kept: int = 0
 
 
 @dataclass(slots=True)
@@ -72,7 +96,8 @@ class QueueRuntime:
     source: Source
     # Builds the handler argument of one delivery (a Job with the decoded payload for job
     # workers, the raw entry for stream workers). It must have ``cancel_scope`` and
-    # ``lease_lost`` attributes; raising DecodeError dead-letters the delivery.
+    # ``lease_lost`` attributes; raising DecodeError takes the nack path (or dead-letters the
+    # delivery at once with WorkerOptions.dead_letter_undecodable).
     bind: Callable[[QueueRuntime, Delivery], Any]
     group: str = CONSUMER_GROUP
     stats: WorkerStatistics = field(default_factory=WorkerStatistics)
@@ -84,6 +109,8 @@ class QueueRuntime:
     replay_done: anyio.Event = field(default_factory=anyio.Event)
     # Called with an error that must stop the whole worker (a vanished consumer group).
     on_fatal: Callable[[BaseException], None] | None = None
+    # Encodes handler return values kept with WorkerOptions.keep_results (job workers).
+    result_codec: Codec[Any] | None = None
 
     @property
     def job_keys(self) -> JobQueueKeys:
@@ -123,4 +150,4 @@ class QueueRuntime:
             self.on_fatal(exc)
 
 
-__all__ = ["Completion", "Handler", "QueueRuntime", "WorkerStatistics", "log"]
+__all__ = ["Completion", "Handler", "check_handler", "QueueRuntime", "WorkerStatistics", "log"]

@@ -10,6 +10,7 @@ import anyio
 from ..actors.messages import Delivery, RetryAfter
 from ..actors.options import duration_ms
 from ..actors.runtime import QueueRuntime
+from ..codecs import decode_with
 from ..errors import ValidationError
 from ..redis.scripts import load
 
@@ -22,7 +23,7 @@ _LOG = load("job_log")
 def bind_job(rt: QueueRuntime, delivery: Delivery) -> Job[object]:
     """The job worker's handler argument: the decoded payload wrapped in a :class:`Job`.
     Raises :class:`~respire_actors.codecs.DecodeError` for a payload the codec cannot read."""
-    return Job(rt, delivery, rt.codec.decode(delivery.payload))
+    return Job(rt, delivery, decode_with(rt.codec, delivery.payload))
 
 
 class Job(Generic[T]):
@@ -90,9 +91,15 @@ class Job(Generic[T]):
         return bool(ok)
 
     async def log(self, line: str) -> bool:
-        """Append a line to this job's log (fenced like progress). Returns False when the
-        delivery is no longer current. Raises :class:`ValidationError` for a line that is not
-        valid Unicode or longer than the policy's byte limit (never truncated).
+        """Append a line to this job's log (fenced like progress).
+
+        Returns True when appended. Returns False when the delivery is no longer current (the
+        lease is lost: the handler's scope is then cancelled at its next checkpoint) or when the
+        job's TTL has passed. A TTL-refused line is only that: the TTL is an admission check,
+        not a cancellation deadline, so the handler keeps running and its outcome still
+        commits. Raises :class:`ValidationError` for a line that is not valid Unicode or longer
+        than the policy's byte limit (never truncated). If cancelled, the line may or may not
+        have been appended.
         """
         if not isinstance(line, str):
             raise ValidationError(f"log line must be a str, got {type(line).__name__}")
@@ -120,9 +127,10 @@ class Job(Generic[T]):
                 self.delivery.expires_at or 0,
             ),
         )
-        if not ok:
+        status = int(ok)
+        if status == 0:  # the fence failed; 2 (TTL passed) leaves the lease alone
             self._lose_lease()
-        return bool(ok)
+        return status == 1
 
     @property
     def priority(self) -> int:

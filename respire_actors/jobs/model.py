@@ -59,6 +59,30 @@ class QueueState:
     rate_limit: RateLimit | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """What a queue can tell reliably about one job id (see :meth:`JobQueue.status`).
+
+    ``state`` is ``"completed"`` or ``"dead-lettered"`` while the worker's retained record
+    lives (``WorkerOptions(keep_results=...)``), else ``"unknown"``: never enqueued, still
+    waiting or running, retrying, expired, completed by a worker that keeps no records, or
+    its record expired. ``result_state`` says what happened to the return value of a
+    completed job: ``"value"`` (kept: read it with :meth:`JobQueue.result`),
+    ``"result-too-large"``, ``"result-unencodable"`` or ``""``. ``reason`` / ``detail`` are
+    the dead-letter reason and the handler's detail; ``finished_at`` is the server time of the
+    outcome in unix ms.
+    """
+
+    job_id: str
+    state: Literal["completed", "dead-lettered", "unknown"]
+    entry_id: str | None = None
+    attempt: int | None = None
+    reason: str | None = None
+    detail: str | None = None
+    result_state: str = ""
+    finished_at: int | None = None
+
+
 __all__ = [
     "ACK",
     "NACK",
@@ -68,6 +92,7 @@ __all__ = [
     "Delivery",
     "EnqueueResult",
     "JobEvent",
+    "JobStatus",
     "Nack",
     "Outcome",
     "QueueState",

@@ -11,12 +11,18 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 
-from ..codecs import Codec
-from ..errors import RedisUnavailable, ValidationError
+from ..codecs import Codec, JsonValueCodec, check_codec, decode_with, encode_with
+from ..errors import (
+    JobDeadLettered,
+    JobResultTimeout,
+    JobResultUnavailable,
+    RedisUnavailable,
+    ValidationError,
+)
 from ..keys import JobQueueKeys, validate_name
 from ..redis.client import BlockingConnection, Pending, RedisClient, Transaction
 from ..redis.scripts import Script, load, run_many
-from .model import EnqueueResult, JobEvent, QueueState
+from .model import EnqueueResult, JobEvent, JobStatus, QueueState
 from .options import DEFAULT_DEDUP_WINDOW, JobEnqueueOptions, RateLimit, duration_ms
 
 T = TypeVar("T")
@@ -42,6 +48,15 @@ def validate_job_id(job_id: object) -> str:
     return job_id
 
 
+def _pair(item: object, index: int) -> tuple[str, Any]:
+    """One ``(job_id, payload)`` item of a many-call, checked before anything is sent."""
+    if not isinstance(item, tuple | list) or len(item) != 2:
+        raise ValidationError(
+            f"item {index} must be a (job_id, payload) pair, got {type(item).__name__}"
+        )
+    return item[0], item[1]
+
+
 def _to_result(reply: Any) -> EnqueueResult:
     entry, new = reply
     return EnqueueResult(_s(entry), bool(int(new)))
@@ -62,9 +77,15 @@ class JobQueue(Generic[T]):
 
     ``JobQueue(client, "email", JsonCodec(EmailJob))``. The queue does not own the client. A
     worker for the same queue name and key prefix processes what this queue enqueues.
+    Raises :class:`ValidationError` for a client that is not a :class:`RedisClient`, a bad
+    name, or a codec that is not a codec instance (``JsonCodec(EmailJob)``, not the class).
     """
 
     def __init__(self, client: RedisClient, name: str, codec: Codec[T]) -> None:
+        if not isinstance(client, RedisClient):
+            raise ValidationError(f"client must be a RedisClient, got {type(client).__name__}")
+        validate_name(name)
+        check_codec(codec)
         self.client = client
         self.name = name
         self.codec = codec
@@ -79,7 +100,7 @@ class JobQueue(Generic[T]):
             DEFAULT_DEDUP_WINDOW if dedup_window is None else dedup_window,
             what="deduplication window",
         )
-        body = self.codec.encode(payload)
+        body = encode_with(self.codec, payload)
         fields: list[bytes | str | int] = [
             "_respire.job.id",
             job_id,
@@ -113,11 +134,13 @@ class JobQueue(Generic[T]):
     ) -> list[EnqueueResult]:
         """Enqueue many jobs in pipelined round trips, each with :meth:`enqueue`'s semantics.
 
-        Every job is validated before anything is sent. Not atomic as a whole: if a command
+        Every job is validated before anything is sent: each item must be a ``(job_id,
+        payload)`` pair (else :class:`ValidationError`), and a payload the codec cannot encode
+        raises :class:`~respire_actors.codecs.EncodeError`. Not atomic as a whole: if a command
         fails, the exception is raised after the others ran; retrying the whole call is safe
         (deduplication returns the existing entries).
         """
-        prepared = [self._prepare(job_id, payload, dedup_window) for job_id, payload in jobs]
+        prepared = [self._prepare(*_pair(item, i), dedup_window) for i, item in enumerate(jobs)]
         return await self._pipelined(_ENQUEUE, prepared)
 
     async def _pipelined(
@@ -161,7 +184,7 @@ class JobQueue(Generic[T]):
         options = JobEnqueueOptions() if options is None else options
         if not isinstance(options, JobEnqueueOptions):
             raise ValidationError("options must be a JobEnqueueOptions")
-        body = self.codec.encode(payload)
+        body = encode_with(self.codec, payload)
         fields: list[bytes | str | int] = ["_respire.job.id", job_id, "_respire.job.payload", body]
         fields += _trace_fields()
         return _Prepared(
@@ -193,7 +216,9 @@ class JobQueue(Generic[T]):
     ) -> list[EnqueueResult]:
         """:meth:`enqueue_scheduled` for many jobs with the same options, pipelined; validated
         up front, not atomic as a whole, safe to retry (deduplication)."""
-        prepared = [self._prepare_scheduled(j, p, options) for j, p in jobs]
+        prepared = [
+            self._prepare_scheduled(*_pair(item, i), options) for i, item in enumerate(jobs)
+        ]
         return await self._pipelined(_SCHEDULE, prepared)
 
     def enqueue_scheduled_in(
@@ -316,6 +341,140 @@ class JobQueue(Generic[T]):
         key = self.keys.custom(stream) if stream else self.keys.dead
         rows = await self.client.execute("XRANGE", key, "-", "+", "COUNT", count)
         return [(_s(i), {_s(k): v for k, v in _pairs(f)}) for i, f in rows or []]
+
+    # -- retained outcomes (beyond the seed; see docs/results.md) ----------------------------
+    async def status(self, job_id: str) -> JobStatus:
+        """What is known about ``job_id`` from its retained record: ``completed`` or
+        ``dead-lettered`` while a worker with ``WorkerOptions(keep_results=...)`` keeps it,
+        else ``unknown`` (see :class:`JobStatus`). One read; changes nothing."""
+        validate_job_id(job_id)
+        record = await self._record(job_id)
+        return _status(job_id, record)
+
+    async def result(
+        self,
+        job_id: str,
+        *,
+        timeout: timedelta | float | None,
+        codec: Codec[Any] | None = None,
+    ) -> Any:
+        """Wait for ``job_id`` to finish and return the value its handler returned.
+
+        Needs a worker registered with ``WorkerOptions(keep_results=...)``: the value is the
+        handler's return value encoded with the registration's result codec, decoded here
+        with ``codec`` (default :class:`~respire_actors.codecs.JsonValueCodec`, giving plain
+        JSON values; pass e.g. ``JsonCodec(Receipt)`` to structure them). A handler that
+        returned ``None`` or ``ACK`` yields ``None``.
+
+        The retained record is read first; if there is none, the call waits on the queue's
+        event stream (a blocking XREAD on its own connection, from the newest event at the
+        time of the call, so an outcome committed in between is found by the record check)
+        for this job's completed or dead-letter event, then reads the record. It never polls.
+        ``timeout`` (a timedelta or seconds, or None to wait indefinitely) bounds the wait.
+
+        Raises :class:`~respire_actors.errors.JobResultTimeout` (a ``TimeoutError``) when no
+        outcome arrived in time, :class:`~respire_actors.errors.JobDeadLettered` when the job
+        was dead-lettered, :class:`~respire_actors.errors.JobResultUnavailable` when it
+        completed without a kept value (no retention, record expired, value too large or
+        unencodable), :class:`~respire_actors.codecs.DecodeError` when ``codec`` cannot read
+        the value, and :class:`ValidationError` for bad arguments (before anything is sent).
+        Transient disconnects while waiting are retried. Cancelling leaves nothing behind.
+        """
+        validate_job_id(job_id)
+        limit = None if timeout is None else duration_ms(timeout, what="timeout") / 1000
+        codec = JsonValueCodec() if codec is None else codec
+        check_codec(codec)
+        outcome: dict[str, bytes] | None = None
+        with anyio.move_on_after(limit if limit is not None else float("inf")):
+            outcome = await self._wait_for_record(job_id)
+        if outcome is None:
+            raise JobResultTimeout(
+                f"job {job_id!r} of queue {self.name!r} had no outcome within {timeout}", job_id
+            )
+        return _value(job_id, outcome, codec)
+
+    async def _record(self, job_id: str) -> dict[str, bytes]:
+        reply = await self.client.execute("HGETALL", self.keys.result(job_id))
+        return {_s(k): bytes(v) for k, v in _pairs(reply or [])}
+
+    async def _wait_for_record(self, job_id: str) -> dict[str, bytes]:
+        """The job's record, or a synthetic one from its terminal event when no record is
+        kept. Waits on the event stream; retries transient disconnects."""
+        newest = await self.client.execute("XREVRANGE", self.keys.events, "+", "-", "COUNT", 1)
+        cursor = _s(newest[0][0]) if newest else "0-0"
+        record = await self._record(job_id)
+        if record:
+            return record
+        backoff = 0.1
+        async with self.client.open_blocking() as conn:
+            while True:
+                try:
+                    reply = await conn.execute(
+                        "XREAD", "COUNT", 100, "BLOCK", 5000, "STREAMS", self.keys.events, cursor
+                    )
+                    backoff = 0.1
+                except RedisUnavailable:
+                    await anyio.sleep(backoff)
+                    backoff = min(backoff * 2, 3.2)
+                    continue
+                for entry_id, flat in _stream_entries(reply) if reply else []:
+                    cursor = entry_id
+                    event = _to_event(entry_id, flat)
+                    if event.job_id != job_id or event.kind not in ("completed", "dead-letter"):
+                        continue
+                    # the record and the event are written by one script: read it now
+                    record = await self._record(job_id)
+                    if record:
+                        return record
+                    return {
+                        "state": b"completed" if event.kind == "completed" else b"dead-lettered",
+                        "reason": (event.reason or "").encode(),
+                        "result_state": b"not-retained",
+                    }
+
+
+def _status(job_id: str, record: dict[str, bytes]) -> JobStatus:
+    state = record.get("state", b"").decode("utf-8", "replace")
+    if state not in ("completed", "dead-lettered"):
+        return JobStatus(job_id, "unknown")
+
+    def opt(name: str) -> str | None:
+        raw = record.get(name)
+        return raw.decode("utf-8", "replace") if raw is not None else None
+
+    attempt = opt("attempt")
+    finished = opt("finished_at")
+    return JobStatus(
+        job_id,
+        "completed" if state == "completed" else "dead-lettered",
+        entry_id=opt("entry_id"),
+        attempt=int(attempt) if attempt else None,
+        reason=opt("reason") or None,
+        detail=opt("detail") or None,
+        result_state=opt("result_state") or "",
+        finished_at=int(finished) if finished else None,
+    )
+
+
+def _value(job_id: str, record: dict[str, bytes], codec: Codec[Any]) -> Any:
+    status = _status(job_id, record)
+    if record.get("state") == b"dead-lettered":
+        reason = record.get("reason", b"").decode("utf-8", "replace")
+        detail = record.get("detail", b"").decode("utf-8", "replace")
+        raise JobDeadLettered(
+            f"job {job_id!r} was dead-lettered ({reason}{': ' + detail if detail else ''})",
+            job_id,
+            reason,
+            detail,
+        )
+    if status.result_state != "value" or "result" not in record:
+        problem = status.result_state or "not-retained"
+        raise JobResultUnavailable(
+            f"job {job_id!r} completed but its value is not available ({problem})",
+            job_id,
+            problem,
+        )
+    return decode_with(codec, record["result"])
 
 
 _EVENT_ID = re.compile(r"\A[0-9]{1,20}(-[0-9]{1,20})?\Z")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from ..actors._util import text
@@ -15,10 +16,12 @@ from ..actors.source import (
     deliveries_from_read,
     group_missing,
 )
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, PermissionDenied, ServerError, ServerLoading
 from ..keys import JobQueueKeys
 from ..redis.client import Arg, RedisClient
-from ..redis.scripts import load
+from ..redis.scripts import load, run_many
+
+log = logging.getLogger("respire_actors.worker")
 
 _JOB_READ = load("job_read")
 _JOB_CLAIM = load("job_claim_pending")
@@ -27,6 +30,9 @@ _JOB_RETRY = load("job_retry")
 _JOB_PROMOTE = load("job_promote")
 _JOB_GROUP = load("job_group")
 _RATE_POLICY = load("job_rate_policy")
+_JOB_FINISH = load("job_finish")
+REFUSED = -1
+"""Status of a completion the server refused on its own (its entry stays pending)."""
 
 
 class JobSource:
@@ -122,10 +128,23 @@ class JobSource:
     async def complete(self, consumer: str, batch: Sequence[Completion]) -> list[int]:
         """Commit a batch; returns 1 (committed) or 0 (stale) per completion, in order. Durable
         retries go through ``job_retry`` (a second call only when the batch holds any); a
-        retry acknowledged as expired instead of staged reports 2."""
+        retry acknowledged as expired instead of staged reports 2. Outcomes with a retained
+        record or a dead-letter detail go through ``job_finish``, one pipelined call each; one
+        the server refuses reports ``REFUSED`` (-1) and leaves its entry pending."""
         retries = [i for i, c in enumerate(batch) if c.kind == "retry"]
-        others = [i for i, c in enumerate(batch) if c.kind != "retry"]
+        # outcomes with a retained record or a dead-letter detail: job_finish, one per call
+        finish = [
+            i for i, c in enumerate(batch) if c.kind in ("ack", "dead") and (c.keep_ms or c.detail)
+        ]
+        others = [i for i, c in enumerate(batch) if c.kind != "retry" and i not in finish]
         statuses = [0] * len(batch)
+        if finish:
+            refused: dict[int, ServerError] = {}
+            await self._finish(consumer, batch, finish, statuses, refused)
+            for i, exc in refused.items():
+                log.error(
+                    "completing %r of %s was refused: %s", batch[i].delivery.job_id, self.name, exc
+                )
         if others:
             args: list[Arg] = [self.group, consumer, len(others)]
             for i in others:
@@ -150,6 +169,55 @@ class JobSource:
             for i, status in zip(retries, reply, strict=True):
                 statuses[i] = int(status)
         return statuses
+
+    async def _finish(
+        self,
+        consumer: str,
+        batch: Sequence[Completion],
+        indices: list[int],
+        statuses: list[int],
+        refused: dict[int, ServerError],
+    ) -> None:
+        """Commit outcomes with their records (``job_finish``) in one pipelined round trip.
+        Each call is atomic and safe to repeat; a call the server refuses reports
+        :data:`REFUSED` (its error in ``refused``) without failing the others."""
+        calls = []
+        for i in indices:
+            c = batch[i]
+            d = c.delivery
+            calls.append(
+                (
+                    _JOB_FINISH,
+                    (self.keys.ready, self.keys.events, self.dead_key, self.keys.result(d.job_id)),
+                    (
+                        self.group,
+                        consumer,
+                        d.entry_id,
+                        d.attempt,
+                        c.kind,
+                        c.reason,
+                        d.job_id,
+                        c.detail,
+                        c.keep_ms,
+                        c.result_state,
+                        c.result,
+                        self.settle,
+                    ),
+                )
+            )
+        replies = await run_many(self.client, calls)
+        for i, reply in zip(indices, replies, strict=True):
+            if isinstance(reply, PermissionDenied | ServerLoading):
+                raise reply  # would refuse every call, or nothing ran: the caller retries
+            if isinstance(reply, ServerError):
+                # this job's call alone was refused (a key of its own holding the wrong type,
+                # say): report it, so the others' outcomes stand (see the completer)
+                statuses[i] = REFUSED
+                refused[i] = reply
+            elif isinstance(reply, BaseException):
+                raise reply
+            else:
+                statuses[i] = int(reply)
 
     async def promote(self, batch_size: int) -> PromotionResult:
         """One promotion pass (``job_promote``): at most ``batch_size`` due jobs become ready.

@@ -36,9 +36,9 @@ from ..actors.options import (
     default_consumer_name,
 )
 from ..actors.promoter import run_promoter
-from ..actors.runtime import Handler, QueueRuntime
+from ..actors.runtime import Handler, QueueRuntime, check_handler
 from ..actors.tree import ConsumerHost, consumer_supervisor
-from ..codecs import Codec
+from ..codecs import Codec, JsonValueCodec, check_codec
 from ..errors import ValidationError
 from ..keys import JobQueueKeys, validate_name
 from ..redis.client import RedisClient
@@ -57,6 +57,7 @@ class Registration:
     codec: Codec[Any]
     options: WorkerOptions
     queue_options: QueueOptions | None = None
+    result_codec: Codec[Any] | None = None
 
 
 class Worker(ConsumerHost):
@@ -88,15 +89,33 @@ class Worker(ConsumerHost):
         options: WorkerOptions | None = None,
         *,
         queue_options: QueueOptions | None = None,
+        result_codec: Codec[Any] | None = None,
     ) -> Registration:
         """Register ``handler`` for ``queue``. Each queue once per worker; telemetry names
         must be unique. ``queue_options`` enables scheduling (a promoter actor), TTL checks and
-        durable retries; None keeps immediate-only processing. Raises
-        :class:`ValidationError`."""
+        durable retries; None keeps immediate-only processing. ``result_codec`` encodes the
+        handler's return values kept with ``WorkerOptions(keep_results=...)`` (default
+        :class:`~respire_actors.codecs.JsonValueCodec`).
+
+        Raises :class:`ValidationError` at once for what could never run: a handler that is
+        not an ``async def`` function, a codec that is not a codec instance (pass
+        ``JsonCodec(Email)``, not the class), options of the wrong type.
+        """
         validate_name(queue)
-        options = options or WorkerOptions()
+        check_handler(handler)
+        check_codec(codec)
+        if result_codec is not None:
+            check_codec(result_codec, what="result_codec")
+        if options is None:
+            options = WorkerOptions()
+        elif not isinstance(options, WorkerOptions):
+            raise ValidationError(
+                f"options must be a WorkerOptions or None, got {type(options).__name__}"
+            )
         if queue_options is not None and not isinstance(queue_options, QueueOptions):
-            raise ValidationError("queue_options must be a QueueOptions or None")
+            raise ValidationError(
+                f"queue_options must be a QueueOptions or None, got {type(queue_options).__name__}"
+            )
         if queue in self._registrations:
             raise ValidationError(f"queue {queue!r} is already registered on this worker")
         names = {r.options.telemetry_name or r.queue for r in self._registrations.values()}
@@ -104,7 +123,9 @@ class Worker(ConsumerHost):
             raise ValidationError(f"telemetry name {options.telemetry_name or queue!r} is taken")
         if self._supervisor is not None:
             raise RuntimeError("register handlers before the worker runs")
-        reg = Registration(queue, handler, codec, options, queue_options)
+        if result_codec is None and options.keep_results is not None:
+            result_codec = JsonValueCodec()
+        reg = Registration(queue, handler, codec, options, queue_options, result_codec)
         self._registrations[queue] = reg
         return reg
 
@@ -115,11 +136,20 @@ class Worker(ConsumerHost):
         options: WorkerOptions | None = None,
         *,
         queue_options: QueueOptions | None = None,
+        result_codec: Codec[Any] | None = None,
     ) -> Callable[[Handler], Handler]:
-        """Decorator form of :meth:`register`."""
+        """Decorator form of :meth:`register` (the codec and options are checked here, before
+        the function is seen)."""
+        check_codec(codec)
+        if options is not None and not isinstance(options, WorkerOptions):
+            raise ValidationError(
+                f"options must be a WorkerOptions or None, got {type(options).__name__}"
+            )
 
         def decorate(fn: Handler) -> Handler:
-            self.register(queue, fn, codec, options, queue_options=queue_options)
+            self.register(
+                queue, fn, codec, options, queue_options=queue_options, result_codec=result_codec
+            )
             return fn
 
         return decorate
@@ -159,6 +189,7 @@ class Worker(ConsumerHost):
                 max(64, o.consumer_count * 2), name=f"{reg.queue}:completions"
             ),
             queue_options=reg.queue_options,
+            result_codec=reg.result_codec,
         )
 
     def build(self, client: RedisClient) -> Supervisor:

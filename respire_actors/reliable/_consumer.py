@@ -15,12 +15,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Generic, Literal, TypeVar
 
-from ..codecs import Codec, DecodeError, EncodeError
+from ..codecs import Codec, DecodeError, check_codec
 from ..errors import ConfigurationError, ScriptError, ValidationError
 from ..keys import hash_tag, same_slot
 from ..redis.client import RedisClient
 from ..redis.scripts import load
-from ._durations import Duration, check_batch, check_limit, to_ms
+from ._durations import Duration, check_batch, check_limit, to_ms, to_visibility_ms
 from ._types import ConsumerStatistics, DeadLetter, Message
 from .errors import MessageDecodeError, SubscriptionNotFound
 from .iterator import MessageIterator
@@ -30,17 +30,12 @@ T = TypeVar("T")
 DEFAULT_DELIVERY_LIMIT = 5
 DEFAULT_DEDUP_WINDOW = 86_400.0
 CONSUMER_NAME = "respire"
+MAX_DEDUP_ID_BYTES = 1024
+"""Longest dedup id, in UTF-8 bytes (the same bound as a job id)."""
 
 _RECEIPT = re.compile(r"^(\d+-\d+):(\d+):(\d+)$")
 
 Mode = Literal["queue", "topic"]
-
-
-def check_codec(codec: object) -> None:
-    if not callable(getattr(codec, "encode", None)) or not callable(getattr(codec, "decode", None)):
-        raise ValidationError(
-            f"codec must have encode(value) -> bytes and decode(bytes) -> value, got {codec!r}"
-        )
 
 
 def check_client(client: object) -> RedisClient:
@@ -64,26 +59,15 @@ def check_keys(*keys: str) -> None:
 def check_dedup_id(dedup_id: object) -> str:
     if not isinstance(dedup_id, str):
         raise ValidationError(f"dedup_id must be a str, got {type(dedup_id).__name__}")
-    if not dedup_id:
-        raise ValidationError("dedup_id must not be empty")
+    if not dedup_id.strip():
+        raise ValidationError("dedup_id must not be blank")
     try:
-        dedup_id.encode("utf-8")
+        size = len(dedup_id.encode("utf-8"))
     except UnicodeEncodeError:
         raise ValidationError("dedup_id is not valid Unicode") from None
+    if size > MAX_DEDUP_ID_BYTES:
+        raise ValidationError(f"dedup_id is {size} bytes; the limit is {MAX_DEDUP_ID_BYTES}")
     return dedup_id
-
-
-def encode_payload(codec: Codec[Any], payload: object) -> bytes:
-    """Encode with the caller's codec; anything it raises becomes an :class:`EncodeError`."""
-    try:
-        data = codec.encode(payload)
-    except EncodeError:
-        raise
-    except Exception as exc:
-        raise EncodeError(f"the codec could not encode the payload: {exc}") from exc
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise EncodeError(f"the codec returned {type(data).__name__}, not bytes")
-    return bytes(data)
 
 
 def parse_receipt(target: object) -> tuple[str, str, str]:
@@ -190,7 +174,7 @@ class Consumer(Generic[T]):
         whole batch stays leased: it is redelivered after the visibility timeout and counts
         toward the delivery limit.
         """
-        return await self._receive_ms(to_ms(visibility, "visibility"), check_batch(max))
+        return await self._receive_ms(to_visibility_ms(visibility), check_batch(max))
 
     async def _receive_ms(self, visibility_ms: int, count: int) -> list[Message[T]]:
         try:
@@ -332,7 +316,9 @@ class Consumer(Generic[T]):
         buffered plus those yielded and not yet completed through *this* instance (``ack`` /
         ``nack``); a yielded message also stops counting once its visibility has elapsed. When
         the queue is empty it sleeps ``poll_interval``, doubling up to ``max_poll_interval``,
-        and resets after a non-empty batch. Use ``async with`` (or call ``aclose()``) to hand
+        and resets after a non-empty batch. Raises :class:`ValidationError` (nothing sent) for a
+        visibility under 10 ms, ``max_leased < batch_size`` or
+        ``max_poll_interval < poll_interval``. Use ``async with`` (or call ``aclose()``) to hand
         buffered, not yet yielded messages back at once (NACK with no delay).
 
         If the iteration is cancelled, messages buffered but not yielded stay leased until
@@ -341,15 +327,25 @@ class Consumer(Generic[T]):
         and are not counted against ``max_leased``.
         """
 
+        lease_ms = to_visibility_ms(visibility)
+        batch = check_batch(batch_size, "batch_size")
+        held = check_limit(max_leased if max_leased is not None else batch, "max_leased")
+        if held < batch:
+            raise ValidationError(f"max_leased ({held}) must be at least batch_size ({batch})")
+        poll_ms = to_ms(poll_interval, "poll_interval")
+        max_poll_ms = to_ms(max_poll_interval, "max_poll_interval")
+        if max_poll_ms < poll_ms:
+            raise ValidationError(
+                f"max_poll_interval ({max_poll_ms} ms) must be at least poll_interval "
+                f"({poll_ms} ms)"
+            )
         iterator: MessageIterator[T] = MessageIterator(
             self,
-            to_ms(visibility, "visibility"),
-            batch_size=check_batch(batch_size, "batch_size"),
-            max_leased=check_limit(
-                max_leased if max_leased is not None else batch_size, "max_leased"
-            ),
-            poll_interval=to_ms(poll_interval, "poll_interval") / 1000,
-            max_poll_interval=to_ms(max_poll_interval, "max_poll_interval") / 1000,
+            lease_ms,
+            batch_size=batch,
+            max_leased=held,
+            poll_interval=poll_ms / 1000,
+            max_poll_interval=max_poll_ms / 1000,
         )
         self._iterators.add(iterator)
         return iterator

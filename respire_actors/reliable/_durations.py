@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
+from ..actors.options import MIN_VISIBILITY_MS
 from ..errors import ValidationError
 
 MAX_MS = 2**31 - 1
@@ -22,6 +23,9 @@ def to_ms(value: object, what: str, *, allow_zero: bool = False) -> int:
     if isinstance(value, timedelta):
         micros = value // timedelta(microseconds=1)
     elif isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, int) and abs(value) > MAX_MS:
+            # math.isfinite(10**400) would raise OverflowError; it is out of range anyway
+            raise ValidationError(f"{what} must be at most {MAX_MS} ms, got {value!r} s")
         if not math.isfinite(value):
             raise ValidationError(f"{what} must be finite, got {value!r}")
         if value * 1000 > MAX_MS:
@@ -38,6 +42,15 @@ def to_ms(value: object, what: str, *, allow_zero: bool = False) -> int:
     ms = -(-micros // 1000)
     if ms > MAX_MS:
         raise ValidationError(f"{what} must be at most {MAX_MS} ms, got {value!r}")
+    return ms
+
+
+def to_visibility_ms(value: object, what: str = "visibility") -> int:
+    """:func:`to_ms` for a visibility timeout: at least ``MIN_VISIBILITY_MS`` (10 ms), the same
+    minimum job and stream workers apply."""
+    ms = to_ms(value, what)
+    if ms < MIN_VISIBILITY_MS:
+        raise ValidationError(f"{what} must be at least {MIN_VISIBILITY_MS} ms, got {value!r}")
     return ms
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TypeVar
 
-from ..codecs import Codec
+from ..codecs import Codec, check_codec, encode_with
 from ..keys import ReliableQueueKeys
 from ..redis.client import RedisClient
 from ..redis.scripts import load
@@ -14,10 +14,8 @@ from ._consumer import (
     DEFAULT_DELIVERY_LIMIT,
     Consumer,
     check_client,
-    check_codec,
     check_dedup_id,
     check_keys,
-    encode_payload,
 )
 from ._durations import Duration, to_ms
 from ._types import QueueState
@@ -127,7 +125,7 @@ class ReliableQueue(Consumer[T]):
         anything is sent. If cancelled, or the reply is lost, the message may have been
         appended: retry with the same ``dedup_id`` to be sure of exactly one.
         """
-        data = encode_payload(self._codec, payload)
+        data = encode_with(self._codec, payload)
         dedup_key = self._keys.dedup(check_dedup_id(dedup_id)) if dedup_id is not None else None
         return await append(self._client, self._stream, dedup_key, data, self._dedup_window_ms)
 
@@ -138,7 +136,7 @@ class ReliableQueue(Consumer[T]):
         Each append is atomic, the batch is not: if the call fails midway or its reply is lost,
         some may have been appended. The pipeline is shielded from cancellation once sent.
         """
-        items = [encode_payload(self._codec, p) for p in payloads]
+        items = [encode_with(self._codec, p) for p in payloads]
         if not items:
             return []
         return await append_many(self._client, self._stream, items)

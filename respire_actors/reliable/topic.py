@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Generic, Literal, TypeVar
 
-from ..codecs import Codec
+from ..codecs import Codec, check_codec, encode_with
 from ..errors import ValidationError
 from ..keys import ReliableQueueKeys, validate_name
 from ..redis.client import RedisClient
@@ -22,10 +22,8 @@ from ._consumer import (
     DEFAULT_DELIVERY_LIMIT,
     Consumer,
     check_client,
-    check_codec,
     check_dedup_id,
     check_keys,
-    encode_payload,
 )
 from ._durations import Duration, to_ms
 from ._types import SubscriptionInfo, TrimResult
@@ -148,7 +146,7 @@ class ReliableTopic(Generic[T]):
         be encoded. If cancelled, or the reply is lost, it may have been published: retry with
         the same ``dedup_id``.
         """
-        data = encode_payload(self._codec, payload)
+        data = encode_with(self._codec, payload)
         dedup_key = self._keys.dedup(check_dedup_id(dedup_id)) if dedup_id is not None else None
         return await append(self._client, self._keys.stream, dedup_key, data, self._dedup_window_ms)
 
@@ -157,7 +155,7 @@ class ReliableTopic(Generic[T]):
         is encoded before anything is sent. Each append is atomic, the batch is not: if the call
         fails midway or its reply is lost, some may have been published. The pipeline is
         shielded from cancellation once sent."""
-        items = [encode_payload(self._codec, p) for p in payloads]
+        items = [encode_with(self._codec, p) for p in payloads]
         if not items:
             return []
         return await append_many(self._client, self._keys.stream, items)

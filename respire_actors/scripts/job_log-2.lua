@@ -11,7 +11,9 @@
 -- ARGV[7]  retention in ms (1 .. 2^31-1), set on the first append only
 -- ARGV[8]  the job's absolute expiry in unix ms, or 0 for none
 --
--- Returns 1 when appended; 0 when the delivery is not current or the job has expired.
+-- Returns 1 when appended; 0 when the delivery is not current (the fence failed: the caller's
+-- lease is lost); 2 when the fence holds but the job's TTL has passed (nothing appended; the
+-- TTL is not a cancellation deadline, so the delivery is still current).
 -- The first append sets an expiry (retention, shortened to the job's expiry); later appends never
 -- extend it. Errors: RESPIRE_WRONGTYPE, RESPIRE_NOPERM, RESPIRE_ARGUMENT.
 --!include lib/preflight.lua
@@ -29,7 +31,7 @@ if err then return err end
 if not respire_fence(ready, ARGV[1], ARGV[3], ARGV[2], ARGV[4]) then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-if expires > 0 and now >= expires then return 0 end
+if expires > 0 and now >= expires then return 2 end
 redis.call('RPUSH', logs, ARGV[5])
 redis.call('LTRIM', logs, -max_lines, -1)
 if redis.call('PEXPIRETIME', logs) < 0 then

@@ -3,7 +3,8 @@
 A stream worker runs the same actors as a job worker (admission-sized reads, a non-claiming
 blocking wait, runners with lease-owned cancel scopes, batched fenced completion, startup replay
 and bounded recovery); only the atomic steps differ (:class:`StreamSource`). Handlers receive
-raw entries and return ``ACK``, ``NACK`` or ``DeadLetter(reason)``.
+raw entries and return ``ACK`` (or ``None``, or any plain value), ``NACK`` or
+``DeadLetter(reason, detail=...)``; the detail is validated but not stored for stream workers.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -19,9 +21,9 @@ from supervisors import Mailbox, Supervisor
 
 from ..actors._util import text
 from ..actors.admission import Admission
-from ..actors.messages import Ack, Completion, DeadLetter, Delivery, Nack
+from ..actors.messages import Completion, Delivery
 from ..actors.options import WorkerOptions, default_consumer_name, is_entry_id
-from ..actors.runtime import QueueRuntime
+from ..actors.runtime import QueueRuntime, check_handler
 from ..actors.source import (
     ClaimResult,
     ReadResult,
@@ -52,9 +54,19 @@ def validate_start_id(start_id: object) -> str:
     return start_id
 
 
+MAX_KEY_BYTES = 1024
+"""Longest stream (or dead-letter stream) key a stream worker accepts, in UTF-8 bytes."""
+
+
 def _key(name: object, what: str) -> str:
     if not isinstance(name, str) or not name.strip():
         raise ValidationError(f"{what} must be a nonblank str")
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValidationError(f"{what} {name!r} is not valid Unicode") from None
+    if size > MAX_KEY_BYTES:
+        raise ValidationError(f"{what} is {size} bytes; the limit is {MAX_KEY_BYTES}")
     return name
 
 
@@ -158,7 +170,9 @@ class StreamEntry:
         return f"StreamEntry(stream={self.stream!r}, id={self.id!r}, attempt={self.attempt})"
 
 
-StreamHandler = Callable[[StreamEntry], Awaitable[Ack | Nack | DeadLetter | None]]
+StreamHandler = Callable[[StreamEntry], Awaitable[Any]]
+"""A stream handler: ``ACK`` / ``None`` / any plain value acknowledge, ``NACK`` and
+``DeadLetter(reason, detail=...)`` fail (``RetryAfter`` behaves as ``NACK``)."""
 
 
 class StreamSource:
@@ -251,13 +265,36 @@ class StreamWorker(ConsumerHost):
     def register(
         self, stream: str, handler: StreamHandler, options: StreamWorkerOptions | None = None
     ) -> StreamRegistration:
-        """Register ``handler`` for ``stream`` (once per stream). Raises ValidationError."""
+        """Register ``handler`` for ``stream`` (once per stream).
+
+        Raises :class:`ValidationError` for a bad stream key, a handler that is not an
+        ``async def`` function or options that are not :class:`StreamWorkerOptions`, and
+        :class:`ConfigurationError` for a dead-letter stream that equals the stream or hashes
+        to another cluster slot (checked on every server, so a configuration that works on a
+        single node also works on a cluster).
+        """
         _key(stream, "stream")
+        check_handler(handler)
+        if options is None:
+            options = StreamWorkerOptions()
+        elif not isinstance(options, StreamWorkerOptions):
+            raise ValidationError(
+                f"options must be a StreamWorkerOptions or None, got {type(options).__name__}"
+            )
+        if options.dead_letter_stream is not None:
+            if options.dead_letter_stream == stream:
+                raise ConfigurationError("the dead-letter stream must differ from the stream")
+            if not same_slot(stream, options.dead_letter_stream):
+                raise ConfigurationError(
+                    f"dead-letter stream {options.dead_letter_stream!r} is not in the cluster "
+                    f"slot of {stream!r}: give both keys the same hash tag, e.g. '{{orders}}' "
+                    "and '{orders}:dead'"
+                )
         if stream in self._registrations:
             raise ValidationError(f"stream {stream!r} is already registered on this worker")
         if self._supervisor is not None:
             raise RuntimeError("register handlers before the worker runs")
-        reg = StreamRegistration(stream, handler, options or StreamWorkerOptions())
+        reg = StreamRegistration(stream, handler, options)
         self._registrations[stream] = reg
         return reg
 
@@ -265,6 +302,10 @@ class StreamWorker(ConsumerHost):
         self, stream: str, options: StreamWorkerOptions | None = None
     ) -> Callable[[StreamHandler], StreamHandler]:
         """Decorator form of :meth:`register`."""
+        if options is not None and not isinstance(options, StreamWorkerOptions):
+            raise ValidationError(
+                f"options must be a StreamWorkerOptions or None, got {type(options).__name__}"
+            )
 
         def decorate(fn: StreamHandler) -> StreamHandler:
             self.register(stream, fn, options)

@@ -404,8 +404,11 @@ async def test_log_is_fenced(client: RedisClient, keys: JobQueueKeys) -> None:
 async def test_log_respects_the_job_expiry(client: RedisClient, keys: JobQueueKeys) -> None:
     (a,) = await delivered(client, keys, "a")
     now = await client.time_ms()
-    assert await log(client, keys, "c1", a, 1, "late", expires=now - 1) == 0
+    # 2, not 0: the TTL refused the line, but the delivery is still current (fence holds)
+    assert await log(client, keys, "c1", a, 1, "late", expires=now - 1) == 2
     assert await client.execute("EXISTS", keys.logs("a")) == 0
+    # a stale fence still wins over the TTL: 0 means the lease is lost
+    assert await log(client, keys, "c2", a, 1, "late", expires=now - 1) == 0
     # A job expiring before the retention ends shortens the log's lifetime to the job's.
     assert await log(client, keys, "c1", a, 1, "on time", expires=now + 5_000) == 1
     assert 0 < await client.execute("PTTL", keys.logs("a")) <= 5_000
@@ -724,3 +727,128 @@ async def test_job_group_checks_arguments_and_types(
     with pytest.raises(WrongKeyType):
         await group_call(client, keys, "start")
     assert await client.execute("EXISTS", keys.ready) == 0
+# -- job_finish (an outcome with its retained record) --------------------------------------------
+
+FINISH = load("job_finish")
+
+
+async def finish(
+    client: RedisClient,
+    keys: JobQueueKeys,
+    consumer: str,
+    entry: str,
+    *,
+    job_id: str = "a",
+    attempt: Any = 1,
+    kind: str = "ack",
+    reason: str = "",
+    detail: str = "",
+    keep: Any = 60_000,
+    state: str = "value",
+    result: Any = b"42",
+    mode: str = "ack",
+) -> int:
+    reply = await FINISH(
+        client,
+        (keys.ready, keys.events, keys.dead, keys.result(job_id)),
+        (GROUP, consumer, entry, attempt, kind, reason, job_id, detail, keep, state, result, mode),
+    )
+    return int(reply)
+
+
+async def test_finish_commits_the_outcome_and_its_record_together(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    a, b = await delivered(client, keys, "a", "b")
+    assert await finish(client, keys, "c1", a) == 1
+    record = pairs(await client.execute("HGETALL", keys.result("a")))
+    assert record["state"] == b"completed"
+    assert record["result"] == b"42"
+    assert record["result_state"] == b"value"
+    assert record["entry_id"] == a.encode()
+    assert 0 < await client.execute("PTTL", keys.result("a")) <= 60_000
+    assert (
+        await finish(
+            client,
+            keys,
+            "c1",
+            b,
+            job_id="b",
+            kind="dead",
+            reason="explicit",
+            detail="why",
+            state="",
+            result="",
+        )
+        == 1
+    )
+    dead = pairs((await client.execute("XRANGE", keys.dead, "-", "+"))[0][1])
+    assert dead["_respire.detail"] == b"why"
+    assert dead["_respire.reason"] == b"explicit"
+    record = pairs(await client.execute("HGETALL", keys.result("b")))
+    assert (record["state"], record["detail"]) == (b"dead-lettered", b"why")
+    assert "result" not in record
+    assert await pending(client, keys) == []
+    # a repeat (lost reply) is stale and writes nothing more
+    assert await finish(client, keys, "c1", a) == 0
+    assert await xlen(client, keys.events) == 2
+
+
+async def test_finish_is_fenced_and_without_retention_writes_no_record(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    (a,) = await delivered(client, keys, "a")
+    assert await finish(client, keys, "c2", a) == 0
+    assert await finish(client, keys, "c1", a, attempt=2) == 0
+    assert await client.execute("EXISTS", keys.events, keys.result("a")) == 0
+    assert (
+        await finish(
+            client,
+            keys,
+            "c1",
+            a,
+            kind="dead",
+            reason="nack",
+            detail="d",
+            keep=0,
+            state="",
+            result="",
+        )
+        == 1
+    )
+    assert await client.execute("EXISTS", keys.result("a")) == 0
+    assert await xlen(client, keys.dead) == 1
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"kind": "retry"},
+        {"keep": -1},
+        {"keep": 2**31},
+        {"keep": "x"},
+        {"state": "weird"},
+        {"state": "", "result": "x"},
+        {"detail": "x" * 1025},
+        {"mode": "nope"},
+    ],
+)
+async def test_finish_refuses_malformed_arguments_before_writing(
+    client: RedisClient, keys: JobQueueKeys, bad: dict[str, Any]
+) -> None:
+    (a,) = await delivered(client, keys, "a")
+    with pytest.raises(ScriptError):
+        await finish(client, keys, "c1", a, **bad)
+    assert await client.execute("EXISTS", keys.events, keys.result("a"), keys.dead) == 0
+    assert len(await pending(client, keys)) == 1
+
+
+async def test_finish_preflights_the_record_key_type(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    (a,) = await delivered(client, keys, "a")
+    await client.execute("SET", keys.result("a"), "squatter")
+    with pytest.raises(WrongKeyType):
+        await finish(client, keys, "c1", a)
+    assert await client.execute("EXISTS", keys.events) == 0
+    assert len(await pending(client, keys)) == 1

@@ -1,8 +1,10 @@
 -- Appends one dead letter to `dead`: the entry's fields (`fields`, or `fallback` when the body
 -- is gone), then _respire.total_attempts when the job was durably retried (its fields carry
 -- _respire.job.attempts), then _respire.source_id, _respire.attempt, _respire.reason and
--- _respire.consumer. Returns the new dead-letter id (for compensation).
-local function respire_dead_letter(dead, fields, fallback, source_id, attempt, reason, consumer)
+-- _respire.consumer, then the optional `tail` pairs (e.g. _respire.detail). Returns the new
+-- dead-letter id (for compensation).
+local function respire_dead_letter(dead, fields, fallback, source_id, attempt, reason, consumer,
+                                   tail)
   local copy = {}
   local src = fields or fallback or {}
   for i = 1, #src do copy[i] = src[i] end
@@ -20,5 +22,6 @@ local function respire_dead_letter(dead, fields, fallback, source_id, attempt, r
                       '_respire.reason', reason, '_respire.consumer', consumer}) do
     copy[#copy + 1] = v
   end
+  for _, v in ipairs(tail or {}) do copy[#copy + 1] = v end
   return redis.call('XADD', dead, '*', unpack(copy))
 end

@@ -231,7 +231,7 @@ async def test_duplicate_returns_the_original_id_after_the_entry_was_deleted(
     assert await client.execute("XLEN", queue.keys.ready) == 0
 
 
-@pytest.mark.parametrize("outcome", [ACK, DeadLetter("poison")], ids=["ack", "dead-letter"])
+@pytest.mark.parametrize("outcome", [ACK, DeadLetter(detail="poison")], ids=["ack", "dead-letter"])
 async def test_completion_keeps_the_deduplication_record(
     client: RedisClient, queue: JobQueue[str], outcome: Any
 ) -> None:

@@ -37,7 +37,7 @@ async def produce_events(client: RedisClient, queue: JobQueue[str]) -> dict[str,
             assert await job.report_progress(10)
             assert await job.report_progress(50)
             return ACK
-        return DeadLetter("poison")
+        return DeadLetter(detail="poison")
 
     async with running_worker(
         client, queue.name, handler, options=fast_options(consumer_count=1)
@@ -59,7 +59,7 @@ async def test_reader_sees_every_event_in_order_with_its_fields(
         ("progress", "a", entries["a"], 1, 10, None),
         ("progress", "a", entries["a"], 1, 50, None),
         ("completed", "a", entries["a"], 1, None, None),
-        ("dead-letter", "b", entries["b"], 1, None, "poison"),
+        ("dead-letter", "b", entries["b"], 1, None, "explicit"),
     ]
     ids = [tuple(map(int, e.id.split("-"))) for e in events]
     assert ids == sorted(ids) and len(set(ids)) == 4

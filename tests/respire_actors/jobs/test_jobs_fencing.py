@@ -45,7 +45,7 @@ async def steal(client: RedisClient, queue: JobQueue[str], entry_id: str) -> Non
     assert len(claimed) == 1
 
 
-@pytest.mark.parametrize("outcome", [ACK, DeadLetter("late")], ids=["ack", "dead-letter"])
+@pytest.mark.parametrize("outcome", [ACK, DeadLetter(detail="late")], ids=["ack", "dead-letter"])
 async def test_stale_handler_cannot_complete(
     client: RedisClient, queue: JobQueue[str], outcome: Outcome
 ) -> None:

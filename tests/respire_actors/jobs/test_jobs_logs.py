@@ -20,6 +20,7 @@ from jobs_helpers import (
 )
 
 from respire_actors.actors.runtime import QueueRuntime
+from respire_actors.codecs import StrCodec
 from respire_actors.errors import ValidationError
 from respire_actors.jobs import ACK, Job, JobQueue, LogPolicy, Outcome
 from respire_actors.redis.client import RedisClient
@@ -166,3 +167,77 @@ async def test_progress_bounds_are_accepted_and_need_not_be_monotonic(
         (100, job.entry_id, 1),
         (40, job.entry_id, 1),
     ]
+
+
+# -- a TTL-refused line is not a lost lease (issue 8, item 6) ---------------------------------
+
+
+async def test_a_log_after_the_ttl_returns_false_without_cancelling(
+    client: RedisClient, queue: JobQueue[str], make_runtime: Callable[..., QueueRuntime]
+) -> None:
+    """Before the fix the TTL refusal looked like a stale fence: the handler's scope was
+    cancelled and the lease counted as lost."""
+    import anyio
+
+    job = await live_job(client, queue, make_runtime)
+    now = await client.time_ms()
+    job.delivery.fields = {**job.delivery.fields, b"_respire.job.expires_at": str(now - 1).encode()}
+    with anyio.CancelScope() as scope:
+        job.cancel_scope = scope
+        assert await job.log("too late") is False
+        await anyio.lowlevel.checkpoint()
+    assert not scope.cancelled_caught
+    assert not job.lease_lost
+    assert job._rt.stats.leases_lost == 0
+    assert await queue.get_logs("j") == []
+
+
+async def test_a_handler_logging_past_its_ttl_still_completes(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    import anyio
+
+    from respire_actors.jobs import JobEnqueueOptions, QueueOptions, Worker
+
+    await queue.enqueue_scheduled("short", "x", JobEnqueueOptions(ttl=3.0))
+    logged: list[bool] = []
+
+    async def handler(job: Job[str]) -> Outcome:
+        assert job.expires_at is not None
+        # sleep past the TTL (server clock), then log
+        await anyio.sleep((job.expires_at - await client.time_ms()) / 1000 + 0.05)
+        assert await client.time_ms() >= job.expires_at
+        logged.append(await job.log("after the ttl"))
+        return ACK
+
+    worker = Worker()
+    worker.register(
+        queue.name,
+        handler,
+        StrCodec(),
+        fast_options(),
+        queue_options=QueueOptions(scheduling_poll_interval=0.05),
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.acked == 1, timeout=20)
+        assert stats.leases_lost == 0
+        await worker.stop()
+    assert logged == [False]
+    assert [e.kind for e in await events_of_kind(client, queue.keys, "completed")] == ["completed"]
+
+
+async def test_a_stale_log_still_cancels_the_handler(
+    client: RedisClient, queue: JobQueue[str], make_runtime: Callable[..., QueueRuntime]
+) -> None:
+    import anyio
+
+    job = await live_job(client, queue, make_runtime)
+    await client.execute("XACK", queue.keys.ready, "respire", job.entry_id)
+    with anyio.CancelScope() as scope:
+        job.cancel_scope = scope
+        assert await job.log("stale") is False
+        await anyio.lowlevel.checkpoint()
+    assert scope.cancelled_caught
+    assert job.lease_lost

@@ -28,6 +28,7 @@ from respire_actors.jobs import (
     JobQueue,
     LogPolicy,
     Outcome,
+    RetryAfter,
     Worker,
     WorkerOptions,
 )
@@ -75,10 +76,19 @@ async def test_returning_none_acknowledges(client: RedisClient, queue: JobQueue[
 
 
 @pytest.mark.parametrize(
-    ("outcome", "reason"), [(DeadLetter("poison pill"), "poison pill"), (DeadLetter(), "explicit")]
+    ("outcome", "reason", "detail"),
+    [
+        (DeadLetter(detail="poison pill"), "explicit", "poison pill"),
+        (DeadLetter(), "explicit", None),
+        (DeadLetter("nack", detail="gave up"), "nack", "gave up"),
+    ],
 )
 async def test_dead_letter_copies_the_envelope_and_acknowledges(
-    client: RedisClient, queue: JobQueue[str], outcome: DeadLetter, reason: str
+    client: RedisClient,
+    queue: JobQueue[str],
+    outcome: DeadLetter,
+    reason: str,
+    detail: str | None,
 ) -> None:
     enqueued = await queue.enqueue("bad:1", "payload-bytes")
 
@@ -98,6 +108,8 @@ async def test_dead_letter_copies_the_envelope_and_acknowledges(
     assert fields["_respire.source_id"] == enqueued.entry_id.encode()
     assert fields["_respire.attempt"] == b"1"
     assert fields["_respire.reason"] == reason.encode()
+    # the bounded reason is the dead letter's reason; free text travels as a detail
+    assert fields.get("_respire.detail") == (detail.encode() if detail else None)
     events = await all_events(client, queue.keys)
     assert [(e.kind, e.job_id, e.entry_id, e.attempt, e.reason) for e in events] == [
         ("dead-letter", "bad:1", enqueued.entry_id, 1, reason)
@@ -123,7 +135,16 @@ async def test_custom_dead_letter_stream(client: RedisClient, queue: JobQueue[st
     assert [f["_respire.job.id"] for _, f in letters] == [b"bad:1"]
 
 
-@pytest.mark.parametrize("failure", ["raise", "nack", "not-an-outcome"])
+def _forged_retry() -> RetryAfter:
+    """A RetryAfter whose delay bypassed the constructor's check."""
+    outcome = RetryAfter(0)
+    object.__setattr__(outcome, "delay_ms", -5)
+    return outcome
+
+
+# A plain return value used to be a failure here ("not-an-outcome"); it is a success now
+# (test_results.py). An outcome built around its validation is the failure case instead.
+@pytest.mark.parametrize("failure", ["raise", "nack", "invalid-outcome"])
 async def test_failures_are_retried_then_dead_lettered_at_the_limit(
     client: RedisClient, queue: JobQueue[str], failure: str
 ) -> None:
@@ -134,7 +155,7 @@ async def test_failures_are_retried_then_dead_lettered_at_the_limit(
         attempts.append(job.attempt)
         if failure == "raise":
             raise RuntimeError("boom")
-        return NACK if failure == "nack" else "yes please"
+        return NACK if failure == "nack" else _forged_retry()
 
     options = fast_options(delivery_limit=2, visibility_timeout=FAST)
     async with running_worker(client, queue.name, handler, options=options) as worker:
@@ -212,9 +233,10 @@ async def test_nack_with_a_limit_of_one_dead_letters_at_once(
     assert [e.reason for e in await all_events(client, queue.keys)] == ["nack"]
 
 
-async def test_undecodable_payload_is_dead_lettered_without_calling_the_handler(
+async def test_undecodable_payload_is_dead_lettered_at_once_when_asked(
     client: RedisClient, queue: JobQueue[str]
 ) -> None:
+    # Before item 16 this was the default; now it needs dead_letter_undecodable=True.
     # The producer uses a str codec; the worker expects JSON integers.
     bad = await queue.enqueue("bad", "not json")
     await queue.enqueue("good", "42")
@@ -224,10 +246,14 @@ async def test_undecodable_payload_is_dead_lettered_without_calling_the_handler(
         handled.append(job.payload)
         return ACK
 
-    async with running_worker(client, queue.name, handler, codec=JsonCodec(int)) as worker:
+    options = fast_options(dead_letter_undecodable=True, visibility_timeout=60)
+    async with running_worker(
+        client, queue.name, handler, codec=JsonCodec(int), options=options
+    ) as worker:
         stats = worker.statistics(queue.name)
         await wait_until(lambda: stats.dead_lettered == 1 and stats.acked == 1)
         assert stats.decode_failures == 1
+        assert stats.nacked == 0
 
     assert handled == [42]
     letters = await queue.read_dead_letters()
@@ -236,6 +262,7 @@ async def test_undecodable_payload_is_dead_lettered_without_calling_the_handler(
     assert fields["_respire.job.id"] == b"bad"
     assert fields["_respire.job.payload"] == b"not json"
     assert fields["_respire.reason"] == b"processing-failed"
+    assert fields["_respire.detail"].startswith(b"DecodeError: ")
     assert fields["_respire.source_id"] == bad.entry_id.encode()
     kinds = {(e.job_id, e.kind) for e in await all_events(client, queue.keys)}
     assert kinds == {("bad", "dead-letter"), ("good", "completed")}
@@ -364,7 +391,7 @@ def test_option_boundaries_are_accepted() -> None:
         delivery_limit=1,
         dead_letter_stream="dlq",
         shutdown_grace=timedelta(0),
-        visibility_timeout=timedelta(milliseconds=1),
+        visibility_timeout=timedelta(milliseconds=10),
     )
     WorkerOptions(delivery_limit=None)
     LogPolicy(max_lines=1000, max_line_bytes=16384, retention=timedelta(milliseconds=2**31 - 1))
@@ -397,7 +424,7 @@ async def test_events_carry_no_payload(client: RedisClient, queue: JobQueue[str]
 
     async def handler(job: Job[str]) -> Outcome:
         assert await job.report_progress(10)
-        return DeadLetter("nope")
+        return DeadLetter(detail="nope")
 
     async with running_worker(client, queue.name, handler) as worker:
         await wait_until(lambda: worker.statistics(queue.name).dead_lettered == 1)

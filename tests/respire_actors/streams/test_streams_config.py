@@ -102,9 +102,23 @@ async def test_dead_letter_stream_must_differ_from_the_stream(
     client: RedisClient, unique_name: str
 ) -> None:
     worker = StreamWorker()
-    worker.register(unique_name, ack, fast_options(dead_letter_stream=unique_name))
+    # refused at registration now (was: when the worker ran); nothing is sent either way
     with forbid_commands(client), pytest.raises(ConfigurationError, match="differ"):
-        await worker.run(client)
+        worker.register(unique_name, ack, fast_options(dead_letter_stream=unique_name))
+    assert worker._registrations == {}
+
+
+@pytest.mark.parametrize("tagged", [False, True])
+async def test_explicit_dead_letter_stream_in_another_slot_is_refused_everywhere(
+    client: RedisClient, unique_name: str, tagged: bool
+) -> None:
+    """Item 21: accepted silently on a single node before; refused at registration on every
+    server now, so a configuration that works on one node also works on a cluster."""
+    stream = f"{{{unique_name}}}:s" if tagged else unique_name
+    worker = StreamWorker()
+    with forbid_commands(client), pytest.raises(ConfigurationError, match="slot"):
+        worker.register(stream, ack, fast_options(dead_letter_stream=f"{unique_name}-dlq"))
+    assert worker._registrations == {}
 
 
 # -------------------------------------------------------------------------------------------
@@ -120,7 +134,7 @@ async def test_tagged_stream_with_default_dead_letter_works_on_a_cluster(
     rejected = await add(client, stream, n="bad")
 
     async def handler(e: StreamEntry) -> Any:
-        return ACK if e.fields[b"n"] == b"ok" else DeadLetter("rejected")
+        return ACK if e.fields[b"n"] == b"ok" else DeadLetter(detail="rejected")
 
     async with running(client, stream, handler) as worker:
         await wait_until(lambda: stats(worker, stream).dead_lettered == 1)
@@ -131,16 +145,16 @@ async def test_tagged_stream_with_default_dead_letter_works_on_a_cluster(
     assert await pending_rows(client, stream, "respire") == []
     ((_, fields),) = await entries(client, f"{stream}:dead")
     assert fields["_respire.source_id"] == rejected.encode()
-    assert fields["_respire.reason"] == b"rejected"
+    assert fields["_respire.reason"] == b"explicit"
 
 
-@pytest.mark.parametrize("dead", [None, "{elsewhere}:dead"])
 async def test_stream_outside_the_dead_letter_slot_is_refused_on_a_cluster(
-    cluster_client: RedisClient, unique_name: str, dead: str | None
+    cluster_client: RedisClient, unique_name: str
 ) -> None:
-    stream = unique_name if dead is None else f"{{{unique_name}}}:x"
+    # the default dead-letter stream of an untagged stream: only a cluster can tell
+    stream = unique_name
     worker = StreamWorker()
-    worker.register(stream, ack, fast_options(dead_letter_stream=dead))
+    worker.register(stream, ack, fast_options())
     with forbid_commands(cluster_client):
         with pytest.raises(ConfigurationError, match="slot"):
             worker.build(cluster_client)

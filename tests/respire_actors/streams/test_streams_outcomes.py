@@ -82,12 +82,12 @@ def dead_fields(fields: dict[str, bytes]) -> dict[str, bytes]:
 async def test_dead_letter_copies_the_entry_with_its_reason(
     client: RedisClient, unique_name: str, explicit: bool
 ) -> None:
-    stream = unique_name
-    dead = f"{unique_name}:rejected" if explicit else f"{unique_name}:dead"
+    stream = f"{{{unique_name}}}:s"  # an explicit dead-letter stream must share its slot
+    dead = f"{{{unique_name}}}:rejected" if explicit else f"{stream}:dead"
     entry = await add(client, stream, order="42", amount="7")
 
     async def handler(e: StreamEntry) -> Any:
-        return DeadLetter("bad-amount")
+        return DeadLetter(detail="bad-amount")
 
     options = fast_options(dead_letter_stream=dead if explicit else None)
     async with running(client, stream, handler, options) as worker:
@@ -101,11 +101,11 @@ async def test_dead_letter_copies_the_entry_with_its_reason(
         "amount": b"7",
         "_respire.source_id": entry.encode(),
         "_respire.attempt": b"1",
-        "_respire.reason": b"bad-amount",
+        "_respire.reason": b"explicit",
         "_respire.consumer": consumer.encode(),
     }
     if explicit:
-        assert await xlen(client, f"{unique_name}:dead") == 0
+        assert await xlen(client, f"{stream}:dead") == 0
     assert stats(worker, stream).acked == 0
 
 

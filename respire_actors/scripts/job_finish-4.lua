@@ -1,0 +1,95 @@
+-- job_finish: commit one handler outcome, fenced, together with its retained outcome record
+-- (result retention) and the dead-letter detail. job_complete commits plain outcomes in batches;
+-- this script takes the outcomes that carry a record or a detail, one per call (pipelined).
+--
+-- KEYS[1]  ready stream
+-- KEYS[2]  events stream
+-- KEYS[3]  dead-letter stream
+-- KEYS[4]  result record of the job id (hash)
+-- ARGV[1]  consumer group
+-- ARGV[2]  consumer name
+-- ARGV[3]  entry id
+-- ARGV[4]  attempt (delivery count)
+-- ARGV[5]  kind: 'ack' or 'dead'
+-- ARGV[6]  dead-letter reason ('' for ack)
+-- ARGV[7]  job id
+-- ARGV[8]  dead-letter detail ('' for none; stored as _respire.detail and in the record)
+-- ARGV[9]  retention of the record in ms (0: write no record; else 1 .. 2^31-1)
+-- ARGV[10] result state: '' (none), 'value', 'result-too-large' or 'result-unencodable'
+-- ARGV[11] the encoded result ('' unless the state is 'value')
+-- ARGV[12] acknowledgement: 'ack' (keep the body) or 'delete' (decided per call, lib/fence.lua)
+--
+-- When the fence holds: 'ack' appends a completed event, 'dead' appends the dead letter (as
+-- job_complete does, plus _respire.detail when given) and a dead-letter event; with a retention
+-- the record {state = completed | dead-lettered, entry_id, attempt, reason, detail,
+-- result_state, result, finished_at (server ms)} replaces any older record of the job id and
+-- expires after the retention; then the entry is acknowledged. All of it or nothing.
+-- Returns 1 committed, 0 stale (fence failed; nothing written). Repeating a call is harmless.
+-- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM before any write. Should the
+-- acknowledgement still fail, everything written is removed and RESPIRE_COMPLETE is returned.
+--!include lib/preflight.lua
+--!include lib/fence.lua
+--!include lib/dead_letter.lua
+
+local ready, events, dead, record = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local group, consumer, entry, attempt = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local kind, reason, job_id, detail = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
+local keep, state, result = tonumber(ARGV[9]), ARGV[10], ARGV[11]
+if #ARGV ~= 12 or (kind ~= 'ack' and kind ~= 'dead') or not keep or keep < 0
+   or keep > 2147483647 or keep % 1 ~= 0 or #detail > 1024
+   or (state ~= '' and state ~= 'value' and state ~= 'result-too-large'
+       and state ~= 'result-unencodable') or (state ~= 'value' and result ~= '') then
+  return redis.error_reply('RESPIRE_ARGUMENT malformed outcome')
+end
+local ack_mode, merr = respire_ack_mode(ready, group, ARGV[12])
+if not ack_mode then return merr end
+local probes = {{'XADD', events, '*', 'f', 'v'}, {'XDEL', events, '0-1'}}
+if kind == 'dead' then
+  probes[#probes + 1] = {'XADD', dead, '*', 'f', 'v'}
+  probes[#probes + 1] = {'XDEL', dead, '0-1'}
+end
+if keep > 0 then
+  probes[#probes + 1] = {'HSET', record, 'f', 'v'}
+  probes[#probes + 1] = {'PEXPIRE', record, '1'}
+  probes[#probes + 1] = {'DEL', record}
+end
+local err = respire_preflight(
+  {{ready, 'stream'}, {events, 'stream'}, {dead, 'stream'}, {record, 'hash'}},
+  respire_ack_probes(probes, ready, group, ack_mode))
+if err then return err end
+
+if not respire_fence(ready, group, entry, consumer, attempt) then return 0 end
+
+local appended_events, appended_dead = nil, nil
+if kind == 'ack' then
+  appended_events = redis.call('XADD', events, '*', 'kind', 'completed', 'job_id', job_id,
+                               'entry_id', entry, 'attempt', attempt)
+else
+  local tail = nil
+  if detail ~= '' then tail = {'_respire.detail', detail} end
+  appended_dead = respire_dead_letter(dead, respire_entry(ready, entry), {'_respire.job.id', job_id},
+                                      entry, attempt, reason, consumer, tail)
+  appended_events = redis.call('XADD', events, '*', 'kind', 'dead-letter', 'job_id', job_id,
+                               'entry_id', entry, 'attempt', attempt, 'reason', reason)
+end
+if keep > 0 then
+  redis.call('DEL', record)
+  local fields = {'state', kind == 'ack' and 'completed' or 'dead-lettered', 'job_id', job_id,
+                  'entry_id', entry, 'attempt', attempt, 'reason', reason, 'detail', detail,
+                  'result_state', state, 'finished_at', tostring(respire_now_ms())}
+  if state == 'value' then
+    fields[#fields + 1] = 'result'
+    fields[#fields + 1] = result
+  end
+  redis.call('HSET', record, unpack(fields))
+  redis.call('PEXPIRE', record, keep)
+end
+local ok, ackErr = pcall(respire_ack, ready, group, ack_mode, entry)
+if not ok then
+  if appended_events then redis.call('XDEL', events, appended_events) end
+  if appended_dead then redis.call('XDEL', dead, appended_dead) end
+  if keep > 0 then redis.call('DEL', record) end
+  return redis.error_reply('RESPIRE_COMPLETE acknowledging ' .. entry .. ' failed: ' ..
+                           tostring(ackErr))
+end
+return 1

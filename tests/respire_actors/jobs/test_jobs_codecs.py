@@ -1,0 +1,158 @@
+"""Codecs at the job queue's boundary (issue 8, item 5): whatever a codec returns or raises
+becomes an ``EncodeError`` before anything is sent, and ``JsonCodec`` is strict about field
+types."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+from jobs_helpers import forbid_commands
+
+from respire_actors.codecs import DecodeError, EncodeError, JsonCodec, JsonValueCodec
+from respire_actors.jobs import JobEnqueueOptions, JobQueue
+from respire_actors.redis.client import RedisClient
+
+pytestmark = pytest.mark.anyio
+
+
+class Broken:
+    """A codec whose encode returns ``result`` (or raises it, if it is an exception)."""
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+    def encode(self, value: object) -> Any:
+        if isinstance(self.result, BaseException):
+            raise self.result
+        return self.result
+
+    def decode(self, data: bytes) -> Any:
+        return data
+
+
+BROKEN = [None, "text", 7, ["b"], TypeError("bad"), ValueError("bad"), KeyError("k")]
+BROKEN_IDS = ["none", "str", "int", "list", "typeerror", "valueerror", "keyerror"]
+
+ENQUEUES = {
+    "enqueue": lambda q: q.enqueue("j", "p"),
+    "enqueue_many": lambda q: q.enqueue_many([("a", "p"), ("b", "p")]),
+    "enqueue_scheduled": lambda q: q.enqueue_scheduled("j", "p", JobEnqueueOptions()),
+    "enqueue_scheduled_many": lambda q: q.enqueue_scheduled_many([("a", "p")]),
+}
+
+
+@pytest.mark.parametrize("result", BROKEN, ids=BROKEN_IDS)
+@pytest.mark.parametrize("path", list(ENQUEUES))
+async def test_a_broken_codec_raises_encode_error_before_sending(
+    client: RedisClient, unique_name: str, result: Any, path: str
+) -> None:
+    """Before the fix the codec's value (None, str, int) reached the shared connection, or its
+    TypeError escaped untyped."""
+    queue: JobQueue[str] = JobQueue(client, unique_name, Broken(result))
+    with forbid_commands(client), pytest.raises(EncodeError):
+        await ENQUEUES[path](queue)
+
+
+@pytest.mark.parametrize("result", BROKEN, ids=BROKEN_IDS)
+async def test_a_broken_codec_in_a_transaction_queues_nothing(
+    client: RedisClient, unique_name: str, result: Any
+) -> None:
+    queue: JobQueue[str] = JobQueue(client, unique_name, Broken(result))
+    marker = queue.keys.custom("marker")
+    async with client.transaction() as tx:
+        with pytest.raises(EncodeError):
+            queue.enqueue_in(tx, "j", "p")
+        with pytest.raises(EncodeError):
+            queue.enqueue_scheduled_in(tx, "j", "p")
+        saved = tx.queue("SET", marker, "1")
+        assert await tx.commit()  # the rest of the transaction is unharmed
+    saved.result()
+    assert await client.execute("EXISTS", queue.keys.ready, queue.keys.scheduled) == 0
+
+
+async def test_a_broken_codec_does_not_disturb_concurrent_commands(
+    client: RedisClient, unique_name: str
+) -> None:
+    bad: JobQueue[str] = JobQueue(client, unique_name + "-bad", Broken(None))
+    good: JobQueue[str] = JobQueue(client, unique_name, JsonCodec(str))
+    errors: list[BaseException] = []
+
+    async def bad_calls() -> None:
+        for _ in range(20):
+            try:
+                await bad.enqueue("j", "p")
+            except EncodeError as exc:
+                errors.append(exc)
+            await anyio.lowlevel.checkpoint()
+
+    async def good_calls() -> None:
+        for i in range(20):
+            assert (await good.enqueue(f"g{i}", "p")).enqueued
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(bad_calls)
+        tg.start_soon(good_calls)
+    assert len(errors) == 20
+    assert await client.execute("XLEN", good.keys.ready) == 20
+
+
+@dataclass
+class Email:
+    to: str
+    retries: int
+    urgent: bool = False
+    weight: float = 1.0
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"to": 123, "retries": 1}',
+        b'{"to": "a", "retries": "5"}',
+        b'{"to": "a", "retries": true}',
+        b'{"to": "a", "retries": 1.5}',
+        b'{"to": "a", "retries": 1, "urgent": 1}',
+        b'{"to": "a", "retries": 1, "urgent": "yes"}',
+        b'{"to": "a", "retries": 1, "weight": "2"}',
+        b'{"to": "a", "retries": 1, "weight": false}',
+        b'{"to": null, "retries": 1}',
+    ],
+)
+def test_json_codec_refuses_fields_of_the_wrong_type(data: bytes) -> None:
+    """Before the fix cattrs turned 123 into "123" and true into 1."""
+    with pytest.raises(DecodeError):
+        JsonCodec(Email).decode(data)
+
+
+def test_json_codec_accepts_exact_types_and_ints_for_floats() -> None:
+    codec = JsonCodec(Email)
+    assert codec.decode(b'{"to": "a", "retries": 2, "urgent": true, "weight": 3}') == Email(
+        "a", 2, True, 3.0
+    )
+    # unknown keys are ignored: producers may add fields before every worker is upgraded
+    assert codec.decode(b'{"to": "a", "retries": 0, "new": 1}') == Email("a", 0)
+    assert JsonCodec(list[int]).decode(b"[1, 2]") == [1, 2]
+    with pytest.raises(DecodeError):
+        JsonCodec(list[int]).decode(b'[1, "2"]')
+    with pytest.raises(DecodeError):
+        JsonCodec(int).decode(b"true")
+
+
+def test_json_value_codec_round_trips_plain_values() -> None:
+    codec = JsonValueCodec()
+    assert codec.decode(codec.encode(Email("a", 1))) == {
+        "to": "a",
+        "retries": 1,
+        "urgent": False,
+        "weight": 1.0,
+    }
+    assert codec.decode(codec.encode(None)) is None
+    for bad in (object(), float("nan"), {1: object()}):
+        with pytest.raises(EncodeError):
+            codec.encode(bad)
+    with pytest.raises(DecodeError):
+        codec.decode(b"{")

@@ -1,0 +1,349 @@
+"""What handlers return (issue 8, items 4, 14 and 16): outcomes are validated where the handler
+builds them and again where the runner receives them; the completer isolates one bad
+completion instead of losing its batch; a plain return value is a success; decode failures
+follow the nack policy unless ``dead_letter_undecodable`` asks for an immediate dead letter."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pytest
+from jobs_helpers import (
+    all_events,
+    create_group,
+    deliver,
+    fast_options,
+    pending_rows,
+    running_worker,
+    wait_until,
+)
+
+from respire_actors.actors.completer import commit
+from respire_actors.actors.messages import MAX_DETAIL_BYTES, Completion
+from respire_actors.actors.runtime import QueueRuntime
+from respire_actors.codecs import JsonCodec
+from respire_actors.errors import ValidationError
+from respire_actors.jobs import (
+    ACK,
+    NACK,
+    DeadLetter,
+    DeadLetterReason,
+    Job,
+    JobQueue,
+    RetryAfter,
+)
+from respire_actors.redis.client import RedisClient
+
+pytestmark = pytest.mark.anyio
+
+
+# -- validation where the outcome is built -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: DeadLetter(reason=None),  # type: ignore[arg-type]
+        lambda: DeadLetter(reason="x" * 5_000_000),
+        lambda: DeadLetter(reason="poison pill"),
+        lambda: DeadLetter(reason=7),  # type: ignore[arg-type]
+        lambda: DeadLetter(detail="x" * (MAX_DETAIL_BYTES + 1)),
+        lambda: DeadLetter(detail="é" * (MAX_DETAIL_BYTES // 2 + 1)),  # bytes, not characters
+        lambda: DeadLetter(detail="\ud800"),
+        lambda: DeadLetter(detail=None),  # type: ignore[arg-type]
+        lambda: RetryAfter(-5),
+        lambda: RetryAfter(2**31),
+        lambda: RetryAfter(True),
+        lambda: RetryAfter(1.5),  # type: ignore[arg-type]
+        lambda: RetryAfter(None),  # type: ignore[arg-type]
+    ],
+)
+def test_malformed_outcomes_are_refused_where_they_are_built(build: Callable[[], Any]) -> None:
+    with pytest.raises(ValidationError):
+        build()
+
+
+def test_reasons_accept_the_enum_or_its_value_and_details_are_kept_whole() -> None:
+    assert DeadLetter(DeadLetterReason.NACK).reason == "nack"
+    assert DeadLetter("processing-failed").reason == "processing-failed"
+    assert DeadLetter().reason == "explicit"
+    detail = "é" * (MAX_DETAIL_BYTES // 2)
+    assert DeadLetter(detail=detail).detail == detail
+    assert RetryAfter(0).delay_ms == 0
+    assert RetryAfter(2**31 - 1).delay_ms == 2**31 - 1
+
+
+def _forged(outcome: Any, **fields: Any) -> Any:
+    for name, value in fields.items():
+        object.__setattr__(outcome, name, value)
+    return outcome
+
+
+@pytest.mark.parametrize(
+    "forge",
+    [
+        lambda: _forged(DeadLetter(), reason=None),
+        lambda: _forged(DeadLetter(), reason="x" * 5_000_000),
+        lambda: _forged(DeadLetter(), detail="x" * 5_000_000),
+        lambda: _forged(RetryAfter(1), delay_ms=-5),
+        lambda: DeadLetter,  # the class, not an outcome
+    ],
+    ids=["reason-none", "reason-5mb", "detail-5mb", "negative-delay", "class"],
+)
+async def test_a_forged_outcome_is_a_handler_failure_and_spares_other_jobs(
+    client: RedisClient, queue: JobQueue[str], forge: Callable[[], Any]
+) -> None:
+    """Before the fix the forged outcome reached the completer, whose batch call failed and
+    lost the unrelated outcomes batched with it."""
+    await queue.enqueue_many([(f"ok-{i}", "fine") for i in range(5)] + [("bad", "forge")])
+
+    async def handler(job: Job[str]) -> Any:
+        return forge() if job.payload == "forge" else ACK
+
+    options = fast_options(delivery_limit=1, visibility_timeout=60)
+    async with running_worker(client, queue.name, handler, options=options) as worker:
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.acked == 5 and stats.dead_lettered == 1)
+        assert stats.invalid_outcomes == 1
+        assert stats.failed == 1
+        assert stats.rejected_completions == 0
+    ((_, fields),) = await queue.read_dead_letters()
+    assert fields["_respire.job.id"] == b"bad"
+    assert fields["_respire.reason"] == b"processing-failed"
+    assert await pending_rows(client, queue.keys) == []
+
+
+# -- the completer isolates one bad completion -------------------------------------------------
+
+
+async def _three_deliveries(
+    client: RedisClient, queue: JobQueue[str], make_runtime: Callable[..., QueueRuntime], **kw: Any
+) -> tuple[QueueRuntime, list[Any]]:
+    await queue.enqueue_many([("a", "1"), ("b", "2"), ("c", "3")])
+    await create_group(client, queue.keys)
+    rt = make_runtime(queue.name, consumer="c1", **kw)
+    deliveries = await deliver(client, queue.keys, "c1", count=3)
+    assert [d.job_id for d in deliveries] == ["a", "b", "c"]
+    return rt, deliveries
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        {"reason": None},
+        {"reason": "x" * 5_000_000},
+        {"detail": "x" * 5_000_000},
+        {"kind": "launch"},
+        {"delay_ms": -5},
+        {"result": "not bytes"},
+    ],
+    ids=["reason-none", "reason-5mb", "detail-5mb", "kind", "delay", "result"],
+)
+async def test_a_malformed_completion_does_not_cost_its_batch(
+    client: RedisClient,
+    queue: JobQueue[str],
+    make_runtime: Callable[..., QueueRuntime],
+    corrupt: dict[str, Any],
+) -> None:
+    rt, (a, b, c) = await _three_deliveries(client, queue, make_runtime)
+    bad = Completion(b, "dead", "explicit")
+    for name, value in corrupt.items():
+        object.__setattr__(bad, name, value)
+    statuses = await commit(rt, [Completion(a, "ack"), bad, Completion(c, "ack")])
+    assert statuses == [1, 0, 1]
+    assert rt.stats.acked == 2
+    assert rt.stats.rejected_completions == 1
+    # the good ones committed; the bad one is still pending for recovery
+    assert [(e.kind, e.job_id) for e in await all_events(client, queue.keys)] == [
+        ("completed", "a"),
+        ("completed", "c"),
+    ]
+    assert [r[0] for r in await pending_rows(client, queue.keys)] == [b.entry_id]
+
+
+async def test_a_completion_the_server_refuses_is_isolated(
+    client: RedisClient, queue: JobQueue[str], make_runtime: Callable[..., QueueRuntime]
+) -> None:
+    """One job's result record key holds a string: its job_finish call is refused
+    (RESPIRE_WRONGTYPE) while the others in the same pipeline commit."""
+    rt, (a, b, c) = await _three_deliveries(
+        client, queue, make_runtime, options=fast_options(keep_results=60)
+    )
+    await client.execute("SET", queue.keys.result("b"), "squatter")
+    batch = [
+        Completion(a, "ack", keep_ms=60_000, result_state="value", result=b"1"),
+        Completion(b, "ack", keep_ms=60_000, result_state="value", result=b"2"),
+        Completion(c, "dead", "explicit", keep_ms=60_000),
+    ]
+    assert await commit(rt, batch) == [1, 0, 1]  # returns; the completer survives
+    assert rt.stats.rejected_completions == 1
+    assert (rt.stats.acked, rt.stats.dead_lettered, rt.stats.stale_completions) == (1, 1, 0)
+    kinds = [(e.kind, e.job_id) for e in await all_events(client, queue.keys)]
+    assert sorted(kinds) == [("completed", "a"), ("dead-letter", "c")]
+    assert [r[0] for r in await pending_rows(client, queue.keys)] == [b.entry_id]
+    assert (await queue.status("a")).state == "completed"
+    assert (await queue.status("c")).state == "dead-lettered"
+
+
+# -- plain return values are successes ---------------------------------------------------------
+
+
+@dataclass
+class Receipt:
+    to: str
+    n: int
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["sent", 42, 0, False, [1, 2], {"ok": True}, Receipt("a@b", 1), b"raw", object()],
+    ids=["str", "int", "zero", "false", "list", "dict", "dataclass", "bytes", "object"],
+)
+async def test_a_plain_return_value_is_a_success(
+    client: RedisClient, queue: JobQueue[str], value: object
+) -> None:
+    """Before the fix a value that is not an outcome was treated as a failure and ended in
+    the dead-letter stream."""
+    await queue.enqueue("j", "x")
+
+    async def handler(job: Job[str]) -> Any:
+        return value
+
+    options = fast_options(delivery_limit=1)
+    async with running_worker(client, queue.name, handler, options=options) as worker:
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.acked == 1)
+        assert stats.failed == 0
+        assert stats.dead_lettered == 0
+    assert [e.kind for e in await all_events(client, queue.keys)] == ["completed"]
+    assert await queue.read_dead_letters() == []
+
+
+# -- decode failures follow the nack policy ----------------------------------------------------
+
+
+async def test_an_undecodable_payload_is_retried_then_dead_lettered_at_the_limit(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """Before the fix an undecodable payload was dead-lettered on its first delivery."""
+    bad = await queue.enqueue("bad", "not json")
+    await queue.enqueue("good", "42")
+    handled: list[int] = []
+
+    async def handler(job: Job[int]) -> Any:
+        handled.append(job.payload)
+        return ACK
+
+    options = fast_options(delivery_limit=3, visibility_timeout=0.3)
+    async with running_worker(
+        client, queue.name, handler, codec=JsonCodec(int), options=options
+    ) as worker:
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.dead_lettered == 1 and stats.acked == 1, timeout=20)
+        assert stats.decode_failures == 3  # one per delivery; the third reaches the limit
+        assert stats.nacked == 3
+    assert handled == [42]
+    ((_, fields),) = await queue.read_dead_letters()
+    assert fields["_respire.source_id"] == bad.entry_id.encode()
+    assert fields["_respire.reason"] == b"processing-failed"
+    assert fields["_respire.attempt"] == b"3"
+
+
+async def test_an_undecodable_payload_with_durable_retries_is_retried(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    from respire_actors.jobs import QueueOptions, Worker
+
+    await queue.enqueue("bad", "not json")
+    worker = Worker()
+
+    async def handler(job: Job[int]) -> Any:
+        return NACK
+
+    worker.register(
+        queue.name,
+        handler,
+        JsonCodec(int),
+        fast_options(delivery_limit=2, visibility_timeout=60),
+        queue_options=QueueOptions(retry_backoff=0.01, scheduling_poll_interval=0.05),
+    )
+    import anyio
+
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.dead_lettered == 1, timeout=20)
+        assert stats.retried == 1
+        assert stats.decode_failures == 2
+        await worker.stop()
+    ((_, fields),) = await queue.read_dead_letters()
+    assert fields["_respire.reason"] == b"processing-failed"
+
+
+def test_decode_options_are_validated() -> None:
+    with pytest.raises(ValidationError):
+        fast_options(dead_letter_undecodable="yes")
+    assert replace(fast_options(), dead_letter_undecodable=True).dead_letter_undecodable
+
+
+class ScriptedSource:
+    """A stand-in for the job source's ``complete`` step (not a Redis double: it replaces our
+    own Source protocol to drive the completer's isolation rules)."""
+
+    name = "scripted"
+
+    def __init__(self, refuse: str, error: Exception) -> None:
+        self.refuse = refuse
+        self.error = error
+        self.calls: list[list[str]] = []
+        self.transient = 1
+
+    async def complete(self, consumer: str, batch: list[Completion]) -> list[int]:
+        self.calls.append([c.delivery.job_id for c in batch])
+        if any(c.delivery.job_id == "flaky" for c in batch) and self.transient:
+            self.transient -= 1
+            from respire_actors.errors import RedisUnavailable
+
+            raise RedisUnavailable("connection dropped")
+        if any(c.delivery.job_id == self.refuse for c in batch):
+            raise self.error
+        return [1] * len(batch)
+
+
+def _completions(*job_ids: str) -> list[Completion]:
+    from respire_actors.actors.messages import Delivery
+
+    return [
+        Completion(Delivery(f"1-{i}", {b"_respire.job.id": j.encode()}, 1), "ack")
+        for i, j in enumerate(job_ids)
+    ]
+
+
+async def test_a_refused_batch_call_is_committed_again_one_by_one(
+    client: RedisClient, queue: JobQueue[str], make_runtime: Callable[..., QueueRuntime]
+) -> None:
+    from respire_actors.errors import ScriptError
+
+    rt = make_runtime(queue.name)
+    source = ScriptedSource("bad", ScriptError("RESPIRE_ARGUMENT completion batch is malformed"))
+    rt.source = source
+    assert await commit(rt, _completions("a", "bad", "c")) == [1, 0, 1]
+    assert source.calls == [["a", "bad", "c"], ["a"], ["bad"], ["c"]]
+    assert (rt.stats.acked, rt.stats.rejected_completions) == (2, 1)
+
+
+async def test_an_acl_refusal_still_stops_the_completer_and_unavailability_is_retried(
+    client: RedisClient, queue: JobQueue[str], make_runtime: Callable[..., QueueRuntime]
+) -> None:
+    from respire_actors.errors import PermissionDenied
+
+    rt = make_runtime(queue.name)
+    rt.source = ScriptedSource("x", PermissionDenied("NOPERM no"))
+    with pytest.raises(PermissionDenied):
+        await commit(rt, _completions("a", "x"))
+    source = ScriptedSource("none", ValueError("unused"))
+    rt.source = source
+    assert await commit(rt, _completions("flaky", "b")) == [1, 1]
+    assert source.calls == [["flaky", "b"], ["flaky", "b"]]  # the whole batch, again
