@@ -38,7 +38,7 @@ async def test_explicit_dead_letter_records_the_deliveries_handled(
         calls.append(job.attempt)
         if job.attempt == 1:
             await anyio.sleep_forever()
-        return DeadLetter("gave-up")
+        return DeadLetter(detail="gave-up")
 
     await queue.enqueue("a", "x")
     options = fast_options(delivery_limit=3, visibility_timeout=LEASE)
@@ -46,7 +46,8 @@ async def test_explicit_dead_letter_records_the_deliveries_handled(
         await wait_until(lambda: worker.statistics(queue.name).dead_lettered == 1)
     assert calls == [1, 2]
     letter = await only_letter(queue)
-    assert letter["_respire.attempt"] == b"2" and letter["_respire.reason"] == b"gave-up"
+    assert letter["_respire.attempt"] == b"2" and letter["_respire.reason"] == b"explicit"
+    assert letter["_respire.detail"] == b"gave-up"
 
 
 async def test_raising_at_the_limit_records_the_limit(
