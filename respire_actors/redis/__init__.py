@@ -1,4 +1,4 @@
-"""The Redis connection layer: the only code that talks to coredis."""
+"""The Redis connection layer: the only code that talks to Redis (anyio streams + hiredis)."""
 
 from .client import (
     BlockingConnection,
