@@ -615,7 +615,8 @@ class RedisClient:
         With ``transaction=True`` they run in MULTI/EXEC (one contiguous write on the shared
         connection, so no other task's command can land inside it). The replies are awaited
         even if the caller is cancelled (bounded by the command timeout): the pipeline runs
-        exactly once either way. If no reply arrives in time every result is a
+        exactly once either way (even if the caller was cancelled before calling). If no reply
+        arrives in time every result is a
         :class:`CommandTimeout`; a lost connection raises :class:`RedisUnavailable`.
         """
         if not commands:
@@ -631,18 +632,21 @@ class RedisClient:
                     f"{name.decode()} cannot be pipelined: it blocks or changes connection state"
                 )
         try:
-            if transaction:
-                return await self._multi_exec(commands)
-            if self._router is None:
-                assert self._main is not None
-                try:
-                    replies = await self._main.request(
-                        encode_many(commands), len(commands), shielded=True
-                    )
-                except CommandTimeout as exc:
-                    return [exc] * len(commands)
-                return [_mapped(r) for r in replies]
-            return await self._cluster_pipeline(commands)
+            # Shielded from the start: a pipeline always runs exactly once, so its caller
+            # knows what happened even when cancelled (bounded by the timeouts).
+            with anyio.CancelScope(shield=True):
+                if transaction:
+                    return await self._multi_exec(commands)
+                if self._router is None:
+                    assert self._main is not None
+                    try:
+                        replies = await self._main.request(
+                            encode_many(commands), len(commands), shielded=True
+                        )
+                    except CommandTimeout as exc:
+                        return [exc] * len(commands)
+                    return [_mapped(r) for r in replies]
+                return await self._cluster_pipeline(commands)
         except Exception as exc:
             mapped = map_error(exc)
             if mapped is exc:

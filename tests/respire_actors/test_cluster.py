@@ -10,7 +10,7 @@ import pytest
 from helpers.servers import Cluster, key_slot
 
 from respire_actors.errors import RespireError, ValidationError
-from respire_actors.redis._routing import cluster_request_args, key_indices
+from respire_actors.redis._routing import key_indices
 from respire_actors.redis.client import RedisClient
 from respire_actors.redis.scripts import Script, run_many
 
@@ -233,11 +233,3 @@ async def test_pipeline_rules_on_a_cluster(
 def test_key_indices(command: tuple[str, ...], keys: list[str]) -> None:
     name, args = command[0].encode(), command[1:]
     assert [args[i] for i in key_indices(name, args)] == keys
-
-
-def test_cluster_request_args_use_coredis_names() -> None:
-    name, args = cluster_request_args(b"SCRIPT", ("LOAD", "return 1"))
-    assert (name, args) == (b"SCRIPT LOAD", ("return 1",))
-    name, args = cluster_request_args(b"XGROUP", ("CREATE", "s", "g", "$"))
-    assert name == b"XGROUP CREATE"
-    assert [getattr(a, "key", None) for a in args] == ["s", None, None]
