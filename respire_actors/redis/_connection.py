@@ -1,16 +1,17 @@
 """Connections to one server: the shared multiplexed connection and dedicated connections.
 
 :class:`Multiplexed` is the connection every task shares for ordinary commands. Callers append
-their encoded command to one outgoing buffer and a FIFO of waiters; the first caller of an
-event-loop turn yields once and then writes everything buffered in one ``send`` (so concurrent
+their encoded command to one outgoing buffer and a FIFO of waiters; the caller that finds no
+write in progress becomes the writer and sends everything buffered, looping until the buffer
+is empty (tasks that submit while a write is under way join the next ``send``, so concurrent
 callers are pipelined automatically); one reader task per socket feeds received bytes to
 ``hiredis.Reader`` and hands each reply to the oldest waiter.
 
 * A caller cancelled before its command entered the buffer sent nothing. One cancelled later
   marks its waiter *abandoned*: the reader reads and drops that reply, the stream stays
   aligned, and the command may still run on the server.
-* The socket write runs shielded (bounded by the command timeout), so a cancellation never
-  leaves a half-written command on the wire.
+* The socket write runs shielded, so a cancellation never leaves a half-written command on
+  the wire (a write that cannot finish is ended by the watchdog closing the socket).
 * A lost connection fails every in-flight request with :class:`RedisUnavailable` ("outcome
   unknown"); nothing is ever re-sent. The next call reconnects (with backoff after failed
   attempts).
@@ -262,18 +263,20 @@ class _Link:
         return waiter
 
     async def flush(self) -> None:
-        """Write everything buffered, after one shielded yield (so every task that runs in
-        this event-loop turn joins the same write). The caller has set ``writing``."""
+        """Write everything buffered. The caller has set ``writing``; callers that submit
+        while a write is in progress are sent by the same loop (auto-pipelining: the stream's
+        own checkpoint before each write lets every task of this event-loop turn join).
+
+        Shielded, so a cancellation never tears a command in half; a write that never ends
+        (a server that stopped reading) is ended by the watchdog, which closes the socket.
+        """
         try:
-            await anyio.lowlevel.cancel_shielded_checkpoint()
-            with anyio.CancelScope(shield=True) as scope:
-                scope.deadline = anyio.current_time() + self.timeout
-                while self.out and self.error is None:
-                    data = b"".join(self.out) if len(self.out) > 1 else self.out[0]
-                    self.out.clear()
+            with anyio.CancelScope(shield=True):
+                out = self.out
+                while out and self.error is None:
+                    data = b"".join(out) if len(out) > 1 else out[0]
+                    out.clear()
                     await self.stream.send(data)
-            if scope.cancelled_caught:
-                self.fail(CommandTimeout("writing to Redis timed out; outcome unknown"))
         except _TRANSPORT_ERRORS as exc:
             self.fail(RedisUnavailable(f"connection lost while writing ({exc!r})"))
         finally:

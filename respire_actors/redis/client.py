@@ -616,8 +616,8 @@ class RedisClient:
         connection, so no other task's command can land inside it). The replies are awaited
         even if the caller is cancelled (bounded by the command timeout): the pipeline runs
         exactly once either way (even if the caller was cancelled before calling). If no reply
-        arrives in time every result is a
-        :class:`CommandTimeout`; a lost connection raises :class:`RedisUnavailable`.
+        arrives in time every result is a :class:`CommandTimeout`; a lost connection raises
+        :class:`RedisUnavailable`.
         """
         if not commands:
             return []
@@ -635,23 +635,24 @@ class RedisClient:
             # Shielded from the start: a pipeline always runs exactly once, so its caller
             # knows what happened even when cancelled (bounded by the timeouts).
             with anyio.CancelScope(shield=True):
-                if transaction:
-                    return await self._multi_exec(commands)
-                if self._router is None:
-                    assert self._main is not None
-                    try:
-                        replies = await self._main.request(
-                            encode_many(commands), len(commands), shielded=True
-                        )
-                    except CommandTimeout as exc:
-                        return [exc] * len(commands)
-                    return [_mapped(r) for r in replies]
-                return await self._cluster_pipeline(commands)
+                return await self._pipeline(commands, transaction)
         except Exception as exc:
             mapped = map_error(exc)
             if mapped is exc:
                 raise
             raise mapped from exc
+
+    async def _pipeline(self, commands: Sequence[Sequence[Arg]], transaction: bool) -> list[Any]:
+        if transaction:
+            return await self._multi_exec(commands)
+        if self._router is not None:
+            return await self._cluster_pipeline(commands)
+        assert self._main is not None
+        try:
+            replies = await self._main.request(encode_many(commands), len(commands), shielded=True)
+        except CommandTimeout as exc:
+            return [exc] * len(commands)
+        return [_mapped(r) for r in replies]
 
     async def _cluster_pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
         router = self._router
