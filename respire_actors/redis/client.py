@@ -635,12 +635,13 @@ class RedisClient:
             # Shielded from the start: a pipeline always runs exactly once, so its caller
             # knows what happened even when cancelled (bounded by the timeouts).
             with anyio.CancelScope(shield=True):
-                return await self._pipeline(commands, transaction)
+                results = await self._pipeline(commands, transaction)
         except Exception as exc:
             mapped = map_error(exc)
             if mapped is exc:
                 raise
             raise mapped from exc
+        return results
 
     async def _pipeline(self, commands: Sequence[Sequence[Arg]], transaction: bool) -> list[Any]:
         if transaction:
