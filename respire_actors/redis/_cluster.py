@@ -138,6 +138,9 @@ class ClusterRouter:
         if kind == "MOVED":
             self._slots[int(slot_text)] = address
             self._stale = True
+            self._endpoint.statistics.moved += 1
+        else:
+            self._endpoint.statistics.asked += 1
         return kind, address
 
     def close(self) -> None:

@@ -178,10 +178,21 @@ class Endpoint:
 class Statistics:
     """Counters for tests and monitoring (see :meth:`RedisClient.statistics`)."""
 
-    __slots__ = ("dedicated_idle", "dedicated_in_use", "dedicated_waiting", "opened")
+    __slots__ = (
+        "asked",
+        "dedicated_idle",
+        "dedicated_in_use",
+        "dedicated_waiting",
+        "moved",
+        "opened",
+        "push_frames",
+    )
 
     def __init__(self) -> None:
         self.opened = 0
+        self.push_frames = 0
+        self.moved = 0
+        self.asked = 0
         self.dedicated_in_use = 0
         self.dedicated_idle = 0
         self.dedicated_waiting = 0
@@ -322,7 +333,9 @@ class _Link:
                 reader.feed(await stream.receive(_RECEIVE))
                 reply = reader.gets()
                 while reply is not False:
-                    if type(reply) is not PushNotification:
+                    if type(reply) is PushNotification:
+                        self.endpoint.statistics.push_frames += 1  # never a command's reply
+                    else:
                         waiter = self.pending[0]
                         replies = waiter.replies
                         replies.append(reply)

@@ -375,6 +375,12 @@ class ConnectionStatistics:
     dedicated_idle: int
     dedicated_waiting: int
     """Tasks waiting for a dedicated connection (the pool is full)."""
+    push_frames: int
+    """RESP3 push frames received on shared connections (ignored: never a reply)."""
+    moved: int
+    """Cluster MOVED redirections followed."""
+    asked: int
+    """Cluster ASK redirections followed."""
 
 
 class RedisClient:
@@ -502,6 +508,9 @@ class RedisClient:
             dedicated_in_use=s.dedicated_in_use,
             dedicated_idle=s.dedicated_idle,
             dedicated_waiting=s.dedicated_waiting,
+            push_frames=s.push_frames,
+            moved=s.moved,
+            asked=s.asked,
         )
 
     def _require(self) -> None:
