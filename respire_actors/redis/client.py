@@ -805,7 +805,9 @@ def _exec_outcome(replies: list[Any]) -> list[Any] | BaseException | str | None:
     command was redirected, nothing ran), or the error that aborted the transaction."""
     exec_reply = replies[-1]
     if type(exec_reply) is ReplyError:
-        for reply in replies[:-1]:
+        # A command refused while queueing aborts EXEC (EXECABORT); on a cluster EXEC itself
+        # may be redirected when a key left the slot in the meantime. Nothing ran either way.
+        for reply in (*replies[:-1], exec_reply):
             if type(reply) is ReplyError:
                 text = str(reply)
                 if text.startswith("MOVED "):
@@ -813,7 +815,6 @@ def _exec_outcome(replies: list[Any]) -> list[Any] | BaseException | str | None:
                 if text.startswith("ASK "):
                     return "ask"
                 return _map_reply(text)
-        return _map_reply(str(exec_reply))
     if exec_reply is None:
         return None
     return [_mapped(r) for r in exec_reply]
