@@ -164,9 +164,7 @@ def test_parse_version() -> None:
 OLD_INFO = b"# Server\r\nredis_version:6.2.0\r\nredis_mode:standalone\r\nrole:master\r\n"
 
 
-async def test_old_redis_is_unsupported(
-    server_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_old_redis_is_unsupported(server_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     async with connect(server_url) as client:
         real = client.execute
 
@@ -379,3 +377,34 @@ async def test_pipeline_transaction_flag(client: RedisClient, unique_name: str) 
     replies = await client.pipeline([("INCR", key), ("INCR", key)], transaction=True)
     assert replies == [1, 2]
     assert await client.pipeline([]) == []
+
+
+async def test_credential_provider_is_asked_for_every_new_connection(
+    valkey_server: ValkeyProcess, valkey_url: str, acl_user: tuple[str, str], unique_name: str
+) -> None:
+    """Rotation: the provider's current password is used by each reconnect."""
+    user, password = acl_user
+    current = {"password": password}
+    calls = 0
+
+    async def provider() -> tuple[str, str]:
+        nonlocal calls
+        calls += 1
+        await anyio.lowlevel.checkpoint()
+        return user, current["password"]
+
+    async with connect(valkey_url, credential_provider=provider) as client:
+        assert (await client.execute("ACL", "WHOAMI")).decode() == user
+        asked = calls
+        rotated = f"{password}-rotated"
+        valkey_server.execute("ACL", "SETUSER", user, "resetpass", f">{rotated}")
+        current["password"] = rotated
+        valkey_server.execute("CLIENT", "KILL", "USER", user)  # drop the old connections
+        with anyio.fail_after(5):
+            while True:
+                try:
+                    assert (await client.execute("ACL", "WHOAMI")).decode() == user
+                    break
+                except RedisUnavailable:
+                    continue  # the in-flight call saw the kill; the next one reconnects
+        assert calls > asked
