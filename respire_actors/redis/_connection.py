@@ -244,8 +244,8 @@ class Dedicated:
 class _Waiter:
     __slots__ = ("abandoned", "count", "error", "event", "replies", "sent")
 
-    def __init__(self, count: int) -> None:
-        self.event = anyio.Event()
+    def __init__(self, count: int, event: anyio.Event) -> None:
+        self.event = event
         self.count = count
         self.replies: list[Any] = []
         self.error: RedisUnavailable | None = None
@@ -266,9 +266,11 @@ class _Link:
         self.writing = False
         self.error: RedisUnavailable | None = None
         self.scope = anyio.CancelScope()
+        # The running backend's Event class, so each request skips anyio's backend lookup.
+        self._event_class = type(anyio.Event())
 
     def submit(self, payload: bytes, count: int) -> _Waiter:
-        waiter = _Waiter(count)
+        waiter = _Waiter(count, self._event_class())
         self.out.append(payload)
         self.pending.append(waiter)
         return waiter

@@ -35,10 +35,17 @@ def new_reader() -> hiredis.Reader:
     return hiredis.Reader(notEnoughData=False)
 
 
+_NAMES: dict[Arg, bytes] = {}
+
+
 def command_name(value: Arg) -> bytes:
-    if isinstance(value, bytes):
-        return value.upper()
-    return str(value).upper().encode()
+    """The upper-case command name (cached: the same few names are sent all the time)."""
+    name = _NAMES.get(value)
+    if name is None:
+        name = value.upper() if isinstance(value, bytes) else str(value).upper().encode()
+        if len(_NAMES) < 512:
+            _NAMES[value] = name
+    return name
 
 
 def key_slot(key: Arg) -> int:
