@@ -270,6 +270,8 @@ class _Link:
         self._event_class = type(anyio.Event())
 
     def submit(self, payload: bytes, count: int) -> _Waiter:
+        if self.error is not None:
+            raise self.error  # closed since the caller picked it: nothing was queued
         waiter = _Waiter(count, self._event_class())
         self.out.append(payload)
         self.pending.append(waiter)
