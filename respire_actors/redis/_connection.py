@@ -137,6 +137,9 @@ class Endpoint:
                 f"connecting to {where} timed out after {self.connect_timeout} s"
             ) from None
         except _TRANSPORT_ERRORS as exc:
+            # a cancellation that lands while connecting may surface as a socket error: if our
+            # scope is cancelled, let the cancellation win
+            await anyio.lowlevel.checkpoint_if_cancelled()
             raise RedisUnavailable(f"cannot connect to {where}: {exc}") from exc
         self.statistics.opened += 1
         conn = Dedicated(stream, self.statistics)
@@ -408,7 +411,11 @@ class Multiplexed:
                 raise
             self._failures = 0
             link = _Link(conn, self.endpoint)
-            self._spawn(link.run)
+            try:
+                self._spawn(link.run)
+            except BaseException:
+                await conn.aclose()  # the client was closed meanwhile
+                raise
             self._link = link
             return link
 
