@@ -3,6 +3,7 @@
 from .client import (
     BlockingConnection,
     ConnectionSettings,
+    ConnectionStatistics,
     Pending,
     RedisClient,
     ServerInfo,
@@ -13,6 +14,7 @@ from .client import (
 __all__ = [
     "BlockingConnection",
     "ConnectionSettings",
+    "ConnectionStatistics",
     "Pending",
     "RedisClient",
     "ServerInfo",
