@@ -24,9 +24,9 @@
     │   └── TransactionAborted              WATCH saw a change; nothing in the transaction ran
     └── EmbeddedServerError                 the embedded valkey-server could not start or stopped
 
-Errors raised by coredis are mapped to this tree in ``respire_actors.redis.client`` and
-nowhere else. A ``ServerError`` keeps the server's code (``WRONGTYPE``, ``NOPERM``,
-``RESPIRE_STALE``...) in :attr:`ServerError.code`.
+Server error replies and transport failures are mapped to this tree in
+``respire_actors.redis.client`` and nowhere else. A ``ServerError`` keeps the server's code
+(``WRONGTYPE``, ``NOPERM``, ``RESPIRE_STALE``...) in :attr:`ServerError.code`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""The Redis connection layer: the only code that talks to coredis."""
+"""The Redis connection layer: the only code that talks to Redis (anyio streams + hiredis)."""
 
 from .client import (
     BlockingConnection,
     ConnectionSettings,
+    ConnectionStatistics,
     Pending,
     RedisClient,
     ServerInfo,
@@ -13,6 +14,7 @@ from .client import (
 __all__ = [
     "BlockingConnection",
     "ConnectionSettings",
+    "ConnectionStatistics",
     "Pending",
     "RedisClient",
     "ServerInfo",

@@ -1,27 +1,17 @@
-"""Mark the key arguments of raw commands so coredis's cluster client can route them.
+"""Which arguments of a raw command are keys (for Redis Cluster routing).
 
-coredis routes a cluster command by the arguments wrapped in :class:`coredis.typing.Key`; its
-typed command methods do that wrapping, but :class:`~respire_actors.redis.client.RedisClient`
-sends raw argument lists. Without marking, keyed commands fail ("Could not map ... to a node"),
-pipelines refuse to dispatch, and EVALSHA goes to a random node and bounces on MOVED.
-
-The positions follow the key specifications of ``COMMAND INFO`` for the commands that take keys
-anywhere but the first argument; every other command not known to be keyless is routed by its
-first argument. Marking every key of multi-key commands lets coredis reject cross-slot calls
-before sending them; a key missed here still reaches the right node (the first key decides) and
-the server itself refuses cross-slot arguments (``CROSSSLOT``).
-
-Container commands (``SCRIPT LOAD``, ``CLUSTER SLOTS``, ``XGROUP CREATE``...) are renamed to
-coredis's two-word names so its fan-out strategies (``SCRIPT LOAD`` on every node) apply.
+:class:`~respire_actors.redis.client.RedisClient` sends raw argument lists; on a cluster each
+command goes to the node that owns the hash slot of its first key. The positions follow the key
+specifications of ``COMMAND INFO`` for the commands that take keys anywhere but the first
+argument; every other command not known to be keyless is routed by its first argument. A key
+missed here still reaches the right node when the first key decides, and the server itself
+refuses cross-slot arguments (``CROSSSLOT``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
-
-from coredis.globals import COMMAND_FLAGS, ROUTING_STRATEGIES
-from coredis.typing import Key
 
 # Commands with no key at all (administration, connection, server-wide).
 _KEYLESS = frozenset(
@@ -67,11 +57,6 @@ _NUMKEYS_AT = {
 _DEST_NUMKEYS = frozenset({b"ZDIFFSTORE", b"ZINTERSTORE", b"ZUNIONSTORE"})
 # The key follows a subcommand (``XGROUP CREATE key ...``); HELP forms have none.
 _SUBCOMMAND_KEY = frozenset({b"XGROUP", b"XINFO", b"OBJECT"})
-# Containers whose subcommands coredis knows by a two-word name.
-_CONTAINERS = frozenset(
-    b"""ACL CLIENT CLUSTER COMMAND CONFIG FUNCTION LATENCY MEMORY MODULE OBJECT PUBSUB SCRIPT
-    SLOWLOG XGROUP XINFO""".split()
-)
 
 
 def _upper(value: Any) -> bytes:
@@ -129,19 +114,3 @@ def key_indices(name: bytes, args: Sequence[Any]) -> list[int]:
                 return list(range(i + 1, n))
         return []
     return [0]
-
-
-def cluster_request_args(name: bytes, args: Sequence[Any]) -> tuple[bytes, tuple[Any, ...]]:
-    """The coredis command name and the arguments with keys wrapped in :class:`Key`."""
-    keys = set(key_indices(name, args))
-    marked = tuple(Key(a) if i in keys else a for i, a in enumerate(args))
-    if name in _CONTAINERS and marked:
-        compound = name + b" " + _upper(marked[0])
-        if compound in ROUTING_STRATEGIES or compound in COMMAND_FLAGS:
-            return compound, marked[1:]
-    return name, marked
-
-
-def plain(args: Sequence[Any]) -> tuple[Any, ...]:
-    """Undo :func:`cluster_request_args`'s key wrapping (for connection-level requests)."""
-    return tuple(a.key if isinstance(a, Key) else a for a in args)

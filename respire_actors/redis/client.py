@@ -1,37 +1,34 @@
-"""The one module that talks to coredis.
+"""The one module the rest of respire_actors uses to talk to Redis.
 
-Everything the runtime sends to Redis goes through :class:`RedisClient`, which makes the rules in
-``docs/decisions.md`` hold by construction:
+Everything the runtime sends goes through :class:`RedisClient`, built on the project's own
+connection layer (:mod:`respire_actors.redis._connection`: anyio streams, ``hiredis`` reply
+parsing, one multiplexed auto-pipelined connection per server). The rules of
+``docs/connection.md`` hold by construction:
 
-* no automatic retries: coredis's default policy re-sends commands whose reply was lost, which
-  duplicated XADDs and script runs in measurements; here a lost reply surfaces as
-  :class:`~respire_actors.errors.RedisUnavailable` and the caller decides (every respire_actors
+* no automatic retries: a request whose reply was lost fails with
+  :class:`~respire_actors.errors.RedisUnavailable` and is never re-sent (every respire_actors
   transition is written to be safe to repeat);
 * a command timeout on every ordinary command, so a hung server cannot hang a worker;
-* pipelines and transactions are shielded from cancellation (cancelling one would close the
-  shared socket under every other in-flight command), bounded by the command timeout instead;
-* blocking reads get their own client with a single connection (:meth:`RedisClient.open_blocking`);
-* the coredis pool stall on cancelled waiters is fixed (:mod:`respire_actors.redis._pool`);
-* coredis exceptions are mapped to :mod:`respire_actors.errors` here and nowhere else.
+* pipelines and transactions are written in one piece and their replies awaited even if the
+  caller is cancelled (bounded by the command timeout), so they run exactly once;
+* blocking commands and WATCH transactions get dedicated connections, never the shared one;
+* errors are mapped to :mod:`respire_actors.errors` here (:func:`map_error`) and nowhere else.
 """
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+import ssl
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import Any, Generic, Literal, TypeVar, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import anyio
-import anyio.lowlevel
-import coredis
-import coredis.exceptions as cx
-from coredis.commands._routing import RandomStrategy
-from coredis.response._callbacks import NoopCallback
-from coredis.retry import NoRetryPolicy
+import anyio.abc
 
 from ..errors import (
     CommandTimeout,
@@ -47,17 +44,35 @@ from ..errors import (
     ValidationError,
     WrongKeyType,
 )
-from ._pool import SafeClusterConnectionPool, SafeConnectionPool
-from ._routing import cluster_request_args, key_indices, plain
+from ._cluster import ASKING, MAX_REDIRECTS, ClusterRouter
+from ._connection import (
+    Address,
+    CredentialProvider,
+    Dedicated,
+    DedicatedPool,
+    Endpoint,
+    Multiplexed,
+    Statistics,
+)
+from ._protocol import (
+    Arg,
+    ProtocolError,
+    ReplyError,
+    command_name,
+    encode,
+    encode_many,
+    is_blocking,
+    is_stateful,
+    key_slot,
+)
+from ._routing import key_indices
 
-Arg = str | bytes | int | float
 T = TypeVar("T")
 
 DEFAULT_URL_ENV = "RESPIRE_REDIS_URL"
 MIN_SERVER_VERSION = (7, 0)
 
 _SCHEMES = {"redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "valkey", "valkeys"}
-
 
 # --------------------------------------------------------------------------------------------
 # settings
@@ -89,12 +104,22 @@ class ConnectionSettings:
     connect_timeout: float = 5.0
     max_connections: int = 64
     client_name: str | None = None
+    tls_context: ssl.SSLContext | None = field(default=None, compare=False, repr=False)
+    """A ready TLS context; overrides the ``tls_*`` file settings (implies TLS)."""
+    credential_provider: CredentialProvider | None = field(default=None, compare=False, repr=False)
+    """Called for every new connection; returns ``(username, password)`` (sync or async),
+    for rotating credentials. Overrides ``username``/``password``."""
 
     def __post_init__(self) -> None:
-        if self.command_timeout <= 0:
-            raise ConfigurationError("command_timeout must be positive (seconds)")
-        if self.connect_timeout <= 0:
-            raise ConfigurationError("connect_timeout must be positive (seconds)")
+        for name in ("command_timeout", "connect_timeout"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or value <= 0
+            ):
+                raise ConfigurationError(f"{name} must be positive and finite (seconds)")
         if self.max_connections < 2:
             raise ConfigurationError("max_connections must be at least 2")
         if "{" in self.key_prefix and "}" not in self.key_prefix.split("{", 1)[1]:
@@ -237,57 +262,52 @@ def _redact(url: str) -> str:
 # --------------------------------------------------------------------------------------------
 # errors
 
+_TRANSPORT_ERRORS = (
+    OSError,
+    anyio.EndOfStream,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    ProtocolError,
+)
+
 
 def map_error(exc: BaseException) -> BaseException:
-    """Translate a coredis (or transport) exception into the respire_actors tree.
-
-    Anything that is not a Redis error is returned unchanged.
-    """
+    """Translate a server error reply (``hiredis.ReplyError``) or a transport exception into
+    the respire_actors tree. Anything else is returned unchanged."""
     if isinstance(exc, RespireError):
         return exc
+    if isinstance(exc, ReplyError):
+        return _map_reply(str(exc))
     if isinstance(exc, TimeoutError):
         return CommandTimeout("Redis did not reply within the command timeout; it may have run")
-    if isinstance(exc, cx.WatchError):
-        return TransactionAborted()
-    if isinstance(exc, cx.AuthenticationError):
-        return ConfigurationError(
-            f"Redis refused the credentials: {exc}. Check the user and password in the URL"
-        )
-    if isinstance(exc, cx.ConnectionError | OSError | cx.ClusterDownError):
-        return RedisUnavailable(f"Redis connection failed: {exc}")
-    if isinstance(exc, cx.RedisError):
-        message = str(exc.args[0]) if exc.args else str(exc)
-        # coredis rewrites errors raised inside pipelines to name the whole command; keep the
-        # server's text only, so script bodies and arguments never reach logs.
-        marker = "of pipeline caused error: "
-        if marker in message:
-            message = message.split(marker, 1)[1]
-        if message.startswith("LOADING"):
-            return ServerLoading(message)
-        if isinstance(exc, cx.WrongTypeError) or message.startswith("WRONGTYPE"):
-            return WrongKeyType(_with_code("WRONGTYPE", message))
-        if isinstance(exc, cx.AuthorizationError) or message.startswith("NOPERM"):
-            # coredis strips the NOPERM code from the text; keep it in ServerError.code.
-            return PermissionDenied(_with_code("NOPERM", message))
-        if message.startswith("RESPIRE_"):
-            code = message.split(" ", 1)[0]
-            if code == "RESPIRE_WRONGTYPE":
-                return WrongKeyType(message)
-            if code == "RESPIRE_NOPERM":
-                return PermissionDenied(message)
-            return ScriptError(message)
-        if isinstance(exc, cx.NoScriptError) and not message.startswith("NOSCRIPT"):
-            message = "NOSCRIPT " + message
-        if isinstance(exc, cx.StreamDuplicateConsumerGroupError):
-            message = _with_code("BUSYGROUP", message)
-        if isinstance(exc, cx.StreamConsumerGroupError) and not message.startswith("BUSY"):
-            message = _with_code("NOGROUP", message)
-        return ServerError(message)
+    if isinstance(exc, _TRANSPORT_ERRORS):
+        return RedisUnavailable(f"Redis connection failed: {exc!r}")
     return exc
 
 
-def _with_code(code: str, message: str) -> str:
-    return message if message.startswith(code) else f"{code} {message}"
+def _map_reply(message: str) -> RespireError:
+    code = message.split(" ", 1)[0]
+    if code == "LOADING":
+        return ServerLoading(message)
+    if code == "WRONGTYPE":
+        return WrongKeyType(message)
+    if code == "NOPERM":
+        return PermissionDenied(message)
+    if code in ("WRONGPASS", "NOAUTH"):
+        return ConfigurationError(
+            f"Redis refused the credentials: {message}. Check the user and password in the URL"
+        )
+    if code.startswith("RESPIRE_"):
+        if code == "RESPIRE_WRONGTYPE":
+            return WrongKeyType(message)
+        if code == "RESPIRE_NOPERM":
+            return PermissionDenied(message)
+        return ScriptError(message)
+    return ServerError(message)
+
+
+def _mapped(reply: Any) -> Any:
+    return _map_reply(str(reply)) if type(reply) is ReplyError else reply
 
 
 # --------------------------------------------------------------------------------------------
@@ -336,18 +356,55 @@ _PROBED_COMMANDS = ("xackdel", "xdelex", "hgetdel", "hexpire")
 # --------------------------------------------------------------------------------------------
 # the client
 
+# Command names that need a look before they may use the shared connection.
+_SPECIAL = frozenset(
+    b"""BLPOP BRPOP BRPOPLPUSH BLMOVE BLMPOP BZPOPMIN BZPOPMAX BZMPOP WAIT WAITAOF XREAD
+    XREADGROUP CLIENT AUTH HELLO SELECT MULTI EXEC DISCARD WATCH UNWATCH SUBSCRIBE PSUBSCRIBE
+    SSUBSCRIBE UNSUBSCRIBE PUNSUBSCRIBE SUNSUBSCRIBE MONITOR RESET QUIT SYNC PSYNC READONLY
+    READWRITE ASKING""".split()
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionStatistics:
+    """A snapshot of a client's connections (:meth:`RedisClient.statistics`)."""
+
+    entered: bool
+    """The client is entered (between ``__aenter__`` and ``aclose``)."""
+    connections_opened: int
+    """Sockets opened so far (shared, dedicated and blocking; reconnects included)."""
+    shared_connected: int
+    """Shared (multiplexed) connections currently open: one per server or cluster node."""
+    in_flight: int
+    """Requests written to shared connections and not answered yet (abandoned ones too)."""
+    dedicated_in_use: int
+    dedicated_idle: int
+    dedicated_waiting: int
+    """Tasks waiting for a dedicated connection (the pool is full)."""
+    push_frames: int
+    """RESP3 push frames received on shared connections (ignored: never a reply)."""
+    moved: int
+    """Cluster MOVED redirections followed."""
+    asked: int
+    """Cluster ASK redirections followed."""
+
 
 class RedisClient:
-    """A coredis client wrapped so it is safe under cancellation. Use :func:`connect`.
+    """A Redis (or Redis Cluster) client that is safe under cancellation. Use :func:`connect`.
 
     Enter it once (``async with``) in a long-lived task; share the entered client freely
-    between tasks. Commands take and return raw RESP values (``bytes``, ``int``, lists).
+    between tasks. Commands take and return raw RESP3 values (``bytes``, ``int``, lists,
+    dicts for maps).
     """
 
     def __init__(self, settings: ConnectionSettings) -> None:
         self.settings = settings
-        self._raw: Any = None
-        self._stack: AsyncExitStack | None = None
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._stats = Statistics()
+        self._main: Multiplexed | None = None
+        self._pool: DedicatedPool | None = None
+        self._router: ClusterRouter | None = None
+        self._endpoint: Endpoint | None = None
         self._info: ServerInfo | None = None
         self.round_trips = 0
         """Requests sent (a pipeline or a transaction counts once), blocking reads included."""
@@ -361,66 +418,46 @@ class RedisClient:
     def is_cluster(self) -> bool:
         return self.settings.cluster
 
-    def _build(self, *, blocking: bool) -> Any:
+    def _build_endpoint(self) -> Endpoint:
         s = self.settings
-        common: dict[str, Any] = dict(
+        return Endpoint(
+            address=None if s.unix_socket_path else (s.host, s.port),
+            unix_socket_path=s.unix_socket_path,
+            ssl_context=_ssl_context(s),
             username=s.username,
             password=s.password,
-            # Blocking readers wait longer than any command timeout; their own deadlines apply.
-            stream_timeout=None if blocking else s.command_timeout,
-            connect_timeout=s.connect_timeout,
-            retry_policy=NoRetryPolicy(),
-            decode_responses=False,
-            verify_version=False,
-        )
-        if s.tls:
-            common.update(
-                ssl=True,
-                ssl_ca_certs=s.tls_ca_certs,
-                ssl_certfile=s.tls_certfile,
-                ssl_keyfile=s.tls_keyfile,
-                ssl_cert_reqs=s.tls_cert_reqs,
-            )
-        if s.cluster:
-            nodes = [coredis.connection.TCPLocation(h, p) for h, p in s.cluster_nodes]
-            return coredis.RedisCluster(
-                startup_nodes=nodes,
-                max_connections=max(3, 3 if blocking else s.max_connections),
-                max_connections_per_node=blocking,
-                connection_pool_cls=SafeClusterConnectionPool,
-                **common,
-            )
-        if s.unix_socket_path:
-            common["unix_socket_path"] = s.unix_socket_path
-        return coredis.Redis(
-            host=s.host,
-            port=s.port,
+            credential_provider=s.credential_provider,
             db=s.db,
-            max_connections=1 if blocking else s.max_connections,
-            connection_pool_cls=SafeConnectionPool,
             client_name=s.client_name,
-            **common,
+            connect_timeout=s.connect_timeout,
+            command_timeout=s.command_timeout,
+            statistics=self._stats,
         )
 
+    def _spawn(self, task: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        if self._tg is None:
+            raise RedisUnavailable("the Redis client is closed")
+        self._tg.start_soon(task)
+
     async def __aenter__(self) -> RedisClient:
-        if self._raw is not None:
+        if self._tg is not None:
             raise RuntimeError("this RedisClient is already entered; enter it once")
-        stack = AsyncExitStack()
-        raw = self._build(blocking=False)
+        endpoint = self._build_endpoint()
+        tg = anyio.create_task_group()
+        # The connections' reader tasks live in this task group: no cancel scope opened
+        # after entering may be left before the client is closed.
+        await tg.__aenter__()
+        self._tg, self._endpoint = tg, endpoint
+        s = self.settings
+        if s.cluster:
+            seeds = list(s.cluster_nodes) or [(s.host, s.port)]
+            self._router = ClusterRouter(seeds, endpoint, self._spawn, s.max_connections)
+        else:
+            self._main = Multiplexed(endpoint, self._spawn)
+            self._pool = DedicatedPool(endpoint, s.max_connections)
         try:
-            # coredis opens its task group here: no cancel scope may wrap this call.
-            await stack.enter_async_context(raw)
-        except BaseException as exc:
-            await stack.aclose()
-            mapped = map_error(exc)
-            if mapped is exc:
-                raise
-            raise RedisUnavailable(
-                f"cannot connect to {self.settings.describe()}: {exc}. "
-                "Is the server running, and is the URL right?"
-            ) from exc
-        self._raw, self._stack = raw, stack
-        try:
+            if self._router is not None:
+                await self._router.refresh(force=True)
             await self.server_info(refresh=True)
         except RedisUnavailable as exc:
             await self.aclose()
@@ -442,72 +479,264 @@ class RedisClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        stack, self._raw, self._stack = self._stack, None, None
-        if stack is not None:
-            # coredis's task group lives in this stack: close it in the scope that opened it.
-            await stack.aclose()
+        """Close every connection; requests still in flight fail with RedisUnavailable."""
+        tg, self._tg = self._tg, None
+        if tg is None:
+            return
+        main, pool, router = self._main, self._pool, self._router
+        self._main = self._pool = self._router = None
+        try:
+            with anyio.CancelScope(shield=True):
+                if main is not None:
+                    main.close()
+                if pool is not None:
+                    await pool.aclose()
+                if router is not None:
+                    router.close()
+                    await router.aclose_pools()
+        finally:
+            tg.cancel_scope.cancel()
+            await tg.__aexit__(None, None, None)
 
-    @property
-    def raw(self) -> Any:
-        """The underlying coredis client (for tests and advanced use); None until entered."""
-        return self._raw
+    def statistics(self) -> ConnectionStatistics:
+        """Connection counters, for tests and monitoring."""
+        shared: list[Multiplexed] = []
+        if self._main is not None:
+            shared.append(self._main)
+        if self._router is not None:
+            shared += self._router.nodes()
+        s = self._stats
+        return ConnectionStatistics(
+            entered=self._tg is not None,
+            connections_opened=s.opened,
+            shared_connected=sum(1 for m in shared if m.connected),
+            in_flight=sum(m.in_flight for m in shared),
+            dedicated_in_use=s.dedicated_in_use,
+            dedicated_idle=s.dedicated_idle,
+            dedicated_waiting=s.dedicated_waiting,
+            push_frames=s.push_frames,
+            moved=s.moved,
+            asked=s.asked,
+        )
 
-    def _require(self) -> Any:
-        if self._raw is None:
+    def _require(self) -> None:
+        if self._tg is None:
             raise RuntimeError("enter the RedisClient (async with) before sending commands")
-        return self._raw
+
+    # -- routing --------------------------------------------------------------------------
+    def _slot_of(self, args: Sequence[Arg]) -> int | None:
+        rest = args[1:]
+        indices = key_indices(command_name(args[0]), rest)
+        return key_slot(rest[indices[0]]) if indices else None
+
+    async def _shared(self, slot: int | None, payload: bytes, count: int, shielded: bool) -> Any:
+        """Send on the shared connection (of the slot's node); follow cluster redirections
+        for a single command (``count == 1``)."""
+        router = self._router
+        if router is None:
+            assert self._main is not None
+            replies = await self._main.request(payload, count, shielded=shielded)
+            return replies
+        address = router.address_for(slot)
+        for _ in range(MAX_REDIRECTS):
+            replies = await router.node(address).request(payload, count, shielded=shielded)
+            if count != 1:
+                return replies
+            redirect = router.redirection(replies[0], address)
+            if redirect is None:
+                return replies
+            kind, address = redirect
+            if kind == "ASK":
+                asked = await router.node(address).request(ASKING + payload, 2, shielded=shielded)
+                return asked[1:]
+            await router.refresh()
+        return replies
+
+    async def _dedicated_call(self, args: Sequence[Arg], timeout: float | None) -> Any:
+        """Run one command on a pooled dedicated connection (blocking commands)."""
+        payload = encode(args)
+        router = self._router
+        address = router.address_for(self._slot_of(args)) if router is not None else None
+        for _ in range(MAX_REDIRECTS):
+            pool = router.pool(address) if router is not None and address else self._pool
+            assert pool is not None
+            conn = await pool.acquire()
+            try:
+                if timeout is None:
+                    (reply,) = await conn.call(payload, 1)
+                else:
+                    with anyio.fail_after(timeout):
+                        (reply,) = await conn.call(payload, 1)
+            finally:
+                await pool.release(conn)
+            if router is None or address is None:
+                return reply
+            redirect = router.redirection(reply, address)
+            if redirect is None:
+                return reply
+            address = redirect[1]
+            await router.refresh()
+        return reply
 
     # -- commands -------------------------------------------------------------------------
     async def execute(self, *args: Arg) -> Any:
         """Send one command and return its raw reply.
 
-        Raises a :class:`~respire_actors.errors.RespireError`. If cancelled, the command may
-        still run on the server; its reply is discarded.
+        Raises a :class:`~respire_actors.errors.RespireError`. If cancelled after the command
+        was queued for sending, it may still run on the server; its reply is discarded.
+        Blocking commands (BLPOP, ``XREAD BLOCK``...) run on a pooled dedicated connection
+        with the command timeout added to their own; commands that change connection state
+        (SELECT, MULTI, WATCH, SUBSCRIBE...) are refused: use :meth:`transaction` or
+        :meth:`open_blocking`.
         """
-        raw = self._require()
+        if self._tg is None:
+            self._require()
         self.round_trips += 1
-        request = _request(raw, args, cluster=self.settings.cluster)
+        name = command_name(args[0])
         try:
-            return await raw.execute_command(request)
+            if name in _SPECIAL:
+                rest = args[1:]
+                if is_stateful(name, rest):
+                    raise ValidationError(
+                        f"{name.decode()} changes the state of its connection and cannot run "
+                        "on the shared one: use transaction() or open_blocking()"
+                    )
+                if is_blocking(name, rest):
+                    block = _block_seconds(name, rest)
+                    timeout = None if block is None else block + self.settings.command_timeout
+                    reply = await self._dedicated_call(args, timeout)
+                    if type(reply) is ReplyError:
+                        raise _map_reply(str(reply))
+                    return reply
+            if self._router is None:
+                assert self._main is not None
+                (reply,) = await self._main.request(encode(args), 1)
+            else:
+                (reply,) = await self._shared(self._slot_of(args), encode(args), 1, False)
         except Exception as exc:
-            await _raise_cancelled_instead()
-            raise map_error(exc) from exc
+            mapped = map_error(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        if type(reply) is ReplyError:
+            raise _map_reply(str(reply))
+        return reply
 
     async def pipeline(
         self, commands: Sequence[Sequence[Arg]], *, transaction: bool = False
     ) -> list[Any]:
-        """Send many commands in one round trip; return each reply or its mapped exception.
+        """Send many commands in one write; return each reply or its mapped exception.
 
-        With ``transaction=True`` they run in MULTI/EXEC. The pipeline is shielded from
-        cancellation (bounded by the command timeout), because cancelling it mid-flight would
-        break the shared socket for every other task.
+        With ``transaction=True`` they run in MULTI/EXEC (one contiguous write on the shared
+        connection, so no other task's command can land inside it). The replies are awaited
+        even if the caller is cancelled (bounded by the command timeout): the pipeline runs
+        exactly once either way (even if the caller was cancelled before calling). If no reply
+        arrives in time every result is a :class:`CommandTimeout`; a lost connection raises
+        :class:`RedisUnavailable`.
         """
         if not commands:
             return []
-        raw = self._require()
+        self._require()
         self.round_trips += 1
-        if self.settings.cluster:
-            keyless = sorted({_text(c[0]) for c in commands if not key_indices(_name(c[0]), c[1:])})
-            if keyless:
-                # coredis cannot place a keyless command in a cluster pipeline (it crashes when
-                # one comes first); run such commands with execute().
+        for command in commands:
+            name = command_name(command[0])
+            if name in _SPECIAL and (
+                is_stateful(name, command[1:]) or is_blocking(name, command[1:])
+            ):
                 raise ValidationError(
-                    f"commands without keys cannot be pipelined on a cluster: {keyless}"
+                    f"{name.decode()} cannot be pipelined: it blocks or changes connection state"
                 )
-        results: list[Any] = []
-        with anyio.CancelScope(shield=True):
-            try:
-                with anyio.fail_after(self.settings.command_timeout * 2):
-                    async with raw.pipeline(transaction=transaction, raise_on_error=False) as p:
-                        requests = [_request(p, c, cluster=self.settings.cluster) for c in commands]
-                for r in requests:
-                    try:
-                        results.append(await r)
-                    except Exception as exc:
-                        results.append(map_error(exc))
-            except Exception as exc:
-                raise map_error(exc) from exc
+        try:
+            # Shielded from the start: a pipeline always runs exactly once, so its caller
+            # knows what happened even when cancelled (bounded by the timeouts).
+            with anyio.CancelScope(shield=True):
+                results = await self._pipeline(commands, transaction)
+        except Exception as exc:
+            mapped = map_error(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
         return results
+
+    async def _pipeline(self, commands: Sequence[Sequence[Arg]], transaction: bool) -> list[Any]:
+        if transaction:
+            return await self._multi_exec(commands)
+        if self._router is not None:
+            return await self._cluster_pipeline(commands)
+        assert self._main is not None
+        try:
+            replies = await self._main.request(encode_many(commands), len(commands), shielded=True)
+        except CommandTimeout as exc:
+            return [exc] * len(commands)
+        return [_mapped(r) for r in replies]
+
+    async def _cluster_pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+        router = self._router
+        assert router is not None
+        slots: list[int] = []
+        for command in commands:
+            slot = self._slot_of(command)
+            if slot is None:
+                raise ValidationError(
+                    "commands without keys cannot be pipelined on a cluster: "
+                    f"{command_name(command[0]).decode()}"
+                )
+            slots.append(slot)
+        groups: dict[Address, list[int]] = {}
+        for i, slot in enumerate(slots):
+            groups.setdefault(router.address_for(slot), []).append(i)
+        results: list[Any] = [None] * len(commands)
+        redirected: list[int] = []
+
+        async def send(address: Address, indices: list[int]) -> None:
+            payload = encode_many(commands[i] for i in indices)
+            try:
+                replies = await router.node(address).request(payload, len(indices), shielded=True)
+            except RedisUnavailable as exc:
+                for i in indices:
+                    results[i] = exc
+                return
+            for i, reply in zip(indices, replies, strict=True):
+                if router.redirection(reply, address) is not None:
+                    redirected.append(i)  # not run: send again on its own
+                results[i] = reply
+
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as tg:
+                for address, indices in groups.items():
+                    tg.start_soon(send, address, indices)
+            for i in redirected:
+                (results[i],) = await self._shared(slots[i], encode(commands[i]), 1, True)
+        for result in results:
+            if isinstance(result, RedisUnavailable) and not isinstance(result, CommandTimeout):
+                raise result
+        return [_mapped(r) for r in results]
+
+    async def _multi_exec(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+        """MULTI, the commands and EXEC in one write on the shared connection."""
+        payload = encode(("MULTI",)) + encode_many(commands) + encode(("EXEC",))
+        slot = None
+        if self._router is not None:
+            for command in commands:
+                slot = self._slot_of(command)
+                if slot is not None:
+                    break
+        for attempt in range(2):
+            replies = await self._shared(slot, payload, len(commands) + 2, True)
+            outcome = _exec_outcome(replies)
+            if outcome == "moved" and attempt == 0 and self._router is not None:
+                await self._router.refresh(force=True)  # nothing ran: send it to the new owner
+                continue
+            if isinstance(outcome, str):  # "moved" again, or "ask"
+                raise TransactionAborted(
+                    "the transaction's slot is being migrated; nothing ran, retry it"
+                )
+            if outcome is None:
+                raise TransactionAborted()
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
+        raise TransactionAborted("the transaction's slot moved twice; nothing ran, retry it")
 
     def transaction(self, *watch: str) -> Transaction:
         """Open a MULTI/EXEC transaction, optionally WATCHing keys. See :class:`Transaction`."""
@@ -519,15 +748,12 @@ class RedisClient:
 
         Cancelling a blocking read closes only this connection; it reconnects on next use.
         """
-        raw = self._build(blocking=True)
+        self._require()
+        conn = BlockingConnection(self)
         try:
-            async with raw:
-                yield BlockingConnection(raw, cluster=self.settings.cluster, owner=self)
-        except Exception as exc:
-            mapped = map_error(exc)
-            if mapped is exc:
-                raise
-            raise mapped from exc
+            yield conn
+        finally:
+            await conn.aclose()
 
     # -- capabilities ---------------------------------------------------------------------
     async def server_info(self, *, refresh: bool = False) -> ServerInfo:
@@ -580,26 +806,127 @@ class RedisClient:
         return int(seconds) * 1000 + int(micros) // 1000
 
 
-class BlockingConnection:
-    """A connection reserved for blocking reads; see :meth:`RedisClient.open_blocking`."""
+def _exec_outcome(replies: list[Any]) -> list[Any] | BaseException | str | None:
+    """EXEC's result: the mapped replies, None (WATCH aborted), "moved"/"ask" (a queued
+    command was redirected, nothing ran), or the error that aborted the transaction."""
+    exec_reply = replies[-1]
+    if type(exec_reply) is ReplyError:
+        # A command refused while queueing aborts EXEC (EXECABORT); on a cluster EXEC itself
+        # may be redirected when a key left the slot in the meantime. Nothing ran either way.
+        for reply in (*replies[:-1], exec_reply):
+            if type(reply) is ReplyError:
+                text = str(reply)
+                if text.startswith("MOVED "):
+                    return "moved"
+                if text.startswith("ASK "):
+                    return "ask"
+                return _map_reply(text)
+    if exec_reply is None:
+        return None
+    return [_mapped(r) for r in exec_reply]
 
-    def __init__(
-        self, raw: Any, *, cluster: bool = False, owner: RedisClient | None = None
-    ) -> None:
+
+def _block_seconds(name: bytes, args: Sequence[Arg]) -> float | None:
+    """How long a blocking command may block (seconds); None for "forever"."""
+    try:
+        if name in (b"XREAD", b"XREADGROUP"):
+            for i, arg in enumerate(args):
+                if isinstance(arg, str | bytes) and command_name(arg) == b"BLOCK":
+                    ms = float(args[i + 1])
+                    return None if ms == 0 else ms / 1000
+            return 0.0
+        if name in (b"WAIT", b"WAITAOF"):
+            ms = float(args[-1])
+            return None if ms == 0 else ms / 1000
+        seconds = float(args[0] if name in (b"BLMPOP", b"BZMPOP") else args[-1])
+    except (IndexError, ValueError, TypeError):
+        return 0.0  # malformed: the server refuses it at once
+    return None if seconds == 0 else seconds
+
+
+def _ssl_context(s: ConnectionSettings) -> ssl.SSLContext | None:
+    if s.tls_context is not None:
+        return s.tls_context
+    if not s.tls:
+        return None
+    try:
+        context = ssl.create_default_context(cafile=s.tls_ca_certs)
+        if s.tls_certfile:
+            context.load_cert_chain(s.tls_certfile, s.tls_keyfile)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigurationError(f"cannot load the TLS certificates: {exc}") from exc
+    if s.tls_cert_reqs == "none":
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    elif s.tls_cert_reqs == "optional":
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_OPTIONAL
+    return context
+
+
+class BlockingConnection:
+    """A connection reserved for blocking reads; see :meth:`RedisClient.open_blocking`.
+
+    On a cluster it holds one connection per node it has read from.
+    """
+
+    def __init__(self, owner: RedisClient) -> None:
         self._owner = owner
-        self._raw = raw
-        self._cluster = cluster
+        self._conns: dict[Address | None, Dedicated] = {}
+
+    async def _conn(self, address: Address | None) -> Dedicated:
+        conn = self._conns.get(address)
+        if conn is None or conn.broken:
+            endpoint = self._owner._endpoint
+            if endpoint is None:
+                raise RuntimeError("the RedisClient is not entered")
+            if address is not None:
+                endpoint = endpoint.at(address)
+            conn = await endpoint.open()
+            self._conns[address] = conn
+        return conn
 
     async def execute(self, *args: Arg) -> Any:
-        """Send one (typically blocking) command. Cancelling it closes this connection only."""
-        if self._owner is not None:
-            self._owner.round_trips += 1
-        request = _request(self._raw, args, cluster=self._cluster)
+        """Send one (typically blocking) command. Cancelling it closes this connection only.
+
+        Bounded by the command's own block time plus the command timeout.
+        """
+        owner = self._owner
+        owner.round_trips += 1
+        name = command_name(args[0])
+        block = _block_seconds(name, args[1:]) if is_blocking(name, args[1:]) else 0.0
+        timeout = None if block is None else block + owner.settings.command_timeout
+        payload = encode(args)
+        router = owner._router
+        address = router.address_for(owner._slot_of(args)) if router is not None else None
         try:
-            return await self._raw.execute_command(request)
+            for _ in range(MAX_REDIRECTS):
+                conn = await self._conn(address)
+                if timeout is None:
+                    (reply,) = await conn.call(payload, 1)
+                else:
+                    with anyio.fail_after(timeout):
+                        (reply,) = await conn.call(payload, 1)
+                redirect = None
+                if router is not None and address is not None:
+                    redirect = router.redirection(reply, address)
+                if redirect is None:
+                    break
+                address = redirect[1]
+                await router.refresh()  # type: ignore[union-attr]
         except Exception as exc:
-            await _raise_cancelled_instead()
-            raise map_error(exc) from exc
+            mapped = map_error(exc)
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        if type(reply) is ReplyError:
+            raise _map_reply(str(reply))
+        return reply
+
+    async def aclose(self) -> None:
+        conns, self._conns = self._conns, {}
+        for conn in conns.values():
+            await conn.aclose()
 
 
 class Pending(Generic[T]):
@@ -642,7 +969,7 @@ class Pending(Generic[T]):
 
 
 class Transaction(AbstractAsyncContextManager["Transaction"]):
-    """MULTI/EXEC on a dedicated connection, with optional WATCH.
+    """MULTI/EXEC, with optional WATCH.
 
     ::
 
@@ -653,17 +980,21 @@ class Transaction(AbstractAsyncContextManager["Transaction"]):
             committed = await tx.commit()                       # False if WATCH aborted
         saved.result(); job.result()
 
-    Nothing queued is sent before :meth:`commit`. Leaving the block without committing
-    discards everything. Redis does not roll back a command that fails at run time inside
-    EXEC: inspect every :class:`Pending` result. All keys must hash to one cluster slot.
+    Nothing queued is sent before :meth:`commit`, which writes MULTI, the commands and EXEC
+    in one piece. Without WATCH keys that goes over the shared connection; with them the
+    transaction holds a dedicated connection from :meth:`__aenter__` to the end. Leaving the
+    block without committing discards everything. Redis does not roll back a command that
+    fails at run time inside EXEC: inspect every :class:`Pending` result. All keys must hash
+    to one cluster slot.
     """
 
     def __init__(self, client: RedisClient, watch: tuple[str, ...]) -> None:
         self._client = client
         self._watch = watch
         self._commands: list[tuple[tuple[Arg, ...], Pending[Any]]] = []
-        self._pipe: Any = None
-        self._stack: AsyncExitStack | None = None
+        self._conn: Dedicated | None = None
+        self._pool: DedicatedPool | None = None
+        self._open = False
         self._finished = False
 
     @property
@@ -671,22 +1002,38 @@ class Transaction(AbstractAsyncContextManager["Transaction"]):
         return self._client
 
     async def __aenter__(self) -> Transaction:
-        raw = self._client._require()
-        stack = AsyncExitStack()
-        pipe = raw.pipeline(transaction=True, raise_on_error=False)
-        try:
-            await stack.enter_async_context(pipe)
-            if self._watch:
-                await stack.enter_async_context(pipe.watch(*self._watch))
-        except BaseException as exc:
-            with anyio.CancelScope(shield=True):
-                await stack.aclose()
-            mapped = map_error(exc)
-            if mapped is exc:
+        client = self._client
+        client._require()
+        if self._watch:
+            router = client._router
+            if router is not None:
+                pool = router.pool(router.address_for(key_slot(self._watch[0])))
+            else:
+                assert client._pool is not None
+                pool = client._pool
+            conn = await pool.acquire()
+            self._pool, self._conn = pool, conn
+            try:
+                with anyio.fail_after(client.settings.command_timeout):
+                    (reply,) = await conn.call(encode(("WATCH", *self._watch)), 1)
+                if type(reply) is ReplyError:
+                    raise _map_reply(str(reply))
+            except BaseException as exc:
+                await self._release()
+                if isinstance(exc, Exception):
+                    mapped = map_error(exc)
+                    if mapped is not exc:
+                        raise mapped from exc
                 raise
-            raise mapped from exc
-        self._pipe, self._stack = pipe, stack
+        self._open = True
         return self
+
+    async def _release(self) -> None:
+        pool, conn = self._pool, self._conn
+        self._pool = self._conn = None
+        if pool is not None and conn is not None:
+            with anyio.CancelScope(shield=True):
+                await pool.release(conn)
 
     async def read(self, *args: Arg) -> Any:
         """Run a read command now, on the watched connection (only valid with WATCH keys)."""
@@ -694,21 +1041,20 @@ class Transaction(AbstractAsyncContextManager["Transaction"]):
             raise RuntimeError("read() needs a transaction opened with keys to WATCH")
         if self._commands:
             raise RuntimeError("read() must come before the first queued command")
-        raw = self._client._require()
+        if self._conn is None or self._finished:
+            raise RuntimeError("the transaction is not open")
         try:
-            if self._client.is_cluster:
-                # coredis's cluster pipeline has no immediate execution: use the connection
-                # that holds the WATCH (the keys' node) directly.
-                return await self._pipe._watched_connection.create_request(
-                    _name(args[0]), *plain(args[1:])
-                )
-            return await self._pipe._immediate_execute_command(_request(raw, args, cluster=False))
+            with anyio.fail_after(self._client.settings.command_timeout):
+                (reply,) = await self._conn.call(encode(args), 1)
         except Exception as exc:
             raise map_error(exc) from exc
+        if type(reply) is ReplyError:
+            raise _map_reply(str(reply))
+        return reply
 
     def queue(self, *args: Arg, convert: Callable[[Any], T] | None = None) -> Pending[T]:
         """Queue a command for EXEC; returns its :class:`Pending` result."""
-        if self._finished or self._pipe is None:
+        if self._finished or not self._open:
             raise RuntimeError("the transaction is not open")
         pending: Pending[T] = Pending(convert)
         self._commands.append((tuple(args), pending))
@@ -721,43 +1067,66 @@ class Transaction(AbstractAsyncContextManager["Transaction"]):
         Shielded from cancellation once started; bounded by twice the command timeout. A lost
         reply leaves the outcome unknown: retry with the same job IDs (they deduplicate).
         """
-        if self._finished or self._pipe is None:
+        if self._finished or not self._open:
             raise RuntimeError("the transaction is not open")
         self._finished = True
-        pipe, stack = self._pipe, self._stack
-        assert stack is not None
-        cluster = self._client.is_cluster
-        requests = [_request(pipe, args, cluster=cluster) for args, _ in self._commands]
-        with anyio.CancelScope(shield=True):
-            try:
-                with anyio.fail_after(self._client.settings.command_timeout * 2):
-                    await stack.aclose()
-            except Exception as exc:
-                mapped = map_error(exc)
-                for _, pending in self._commands:
-                    pending._abort(mapped)
-                if isinstance(mapped, TransactionAborted):
-                    return False
-                raise mapped from exc
-        for request, (_, pending) in zip(requests, self._commands, strict=True):
-            try:
-                pending._set(await request)
-            except Exception as exc:
-                pending._set(map_error(exc))
+        client = self._client
+        commands = [args for args, _ in self._commands]
+        client.round_trips += 1
+        try:
+            with anyio.CancelScope(shield=True):
+                if self._conn is None:
+                    if not commands:
+                        return True
+                    outcome: Any = await client._multi_exec(commands)
+                else:
+                    payload = encode(("MULTI",)) + encode_many(commands) + encode(("EXEC",))
+                    try:
+                        with anyio.fail_after(client.settings.command_timeout * 2):
+                            replies = await self._conn.call(payload, len(commands) + 2)
+                    finally:
+                        await self._release()
+                    outcome = _exec_outcome(replies)
+                    if outcome == "moved" or outcome == "ask":
+                        raise TransactionAborted(
+                            "the watched slot moved to another node; nothing ran, retry it"
+                        )
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+        except Exception as exc:
+            mapped = map_error(exc)
+            for _, pending in self._commands:
+                pending._abort(mapped)
+            if isinstance(mapped, TransactionAborted):
+                return False
+            if mapped is exc:
+                raise
+            raise mapped from exc
+        if outcome is None:
+            for _, pending in self._commands:
+                pending._abort(TransactionAborted())
+            return False
+        for reply, (_, pending) in zip(outcome, self._commands, strict=True):
+            pending._set(reply)
         return True
 
     async def discard(self) -> None:
-        """Drop everything queued; nothing is sent."""
+        """Drop everything queued; nothing is sent (a WATCH is released)."""
         if self._finished:
+            await self._release()
             return
         self._finished = True
         for _, pending in self._commands:
             pending._abort(TransactionAborted("the transaction was discarded"))
-        if self._pipe is not None:
-            self._pipe.command_stack.clear()
-        if self._stack is not None:
+        conn = self._conn
+        if conn is not None and not conn.broken:
             with anyio.CancelScope(shield=True):
-                await self._stack.aclose()
+                try:
+                    with anyio.fail_after(self._client.settings.command_timeout):
+                        await conn.call(encode(("UNWATCH",)), 1)
+                except (RespireError, TimeoutError):
+                    await conn.aclose()  # the pool drops it
+        await self._release()
 
     async def __aexit__(
         self,
@@ -766,32 +1135,6 @@ class Transaction(AbstractAsyncContextManager["Transaction"]):
         tb: TracebackType | None,
     ) -> None:
         await self.discard()
-
-
-async def _raise_cancelled_instead() -> None:
-    # On trio a cancellation landing while a connection opens can surface as ConnectionError;
-    # if our scope is cancelled, let the cancellation win.
-    await anyio.lowlevel.checkpoint_if_cancelled()
-
-
-def _request(factory: Any, args: Sequence[Arg], *, cluster: bool) -> Any:
-    """A coredis request for a raw command; on a cluster, with its keys marked for routing."""
-    name = _name(args[0])
-    rest: tuple[Any, ...] = tuple(args[1:])
-    if not cluster:
-        return factory.create_request(name, *rest, callback=NoopCallback())
-    name, rest = cluster_request_args(name, rest)
-    request = factory.create_request(name, *rest, callback=NoopCallback())
-    if request.routing_strategy is None and not request.keys:
-        # A keyless command coredis has no strategy for (TIME, ROLE, CLIENT ID...): any node.
-        request.routing_strategy = RandomStrategy()
-    return request
-
-
-def _name(value: Arg) -> bytes:
-    if isinstance(value, bytes):
-        return value.upper()
-    return str(value).upper().encode()
 
 
 def _text(value: Any) -> str:
@@ -829,6 +1172,7 @@ __all__ = [
     "Arg",
     "BlockingConnection",
     "ConnectionSettings",
+    "ConnectionStatistics",
     "Pending",
     "RedisClient",
     "ServerInfo",

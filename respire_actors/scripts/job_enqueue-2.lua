@@ -9,21 +9,34 @@
 -- Errors: RESPIRE_WRONGTYPE, RESPIRE_NOPERM (nothing written); if recording the deduplication
 -- key fails after the append, the new entry is deleted again before the error is returned.
 --!include lib/preflight.lua
+--
+-- Cost: this runs for every enqueue, so the checks are inlined (no helper tables). The GET of
+-- the deduplication key doubles as its type check: GET fails only on a non-string key, and
+-- nothing has been written at that point.
 
 local ready, dedup = KEYS[1], KEYS[2]
 local window = tonumber(ARGV[1])
 if not window or window < 1 or window > 2147483647 then
   return redis.error_reply('RESPIRE_ARGUMENT deduplication window out of range')
 end
-local existing = redis.call('GET', dedup)
+local existing = redis.pcall('GET', dedup)
+if type(existing) == 'table' and existing.err then
+  return respire_expect_type(dedup, 'string') or respire_expect_perm('GET', dedup)
+    or redis.error_reply(existing.err)
+end
 if existing then return {existing, 0} end
-local err = respire_preflight(
-  {{ready, 'stream'}, {dedup, 'string'}},
-  {{'XADD', ready, '*', 'f', 'v'}, {'XDEL', ready, '0-1'}, {'SET', dedup, 'v', 'PX', '1'}})
+local err = respire_expect_type(ready, 'stream')
 if err then return err end
-local fields = {}
-for i = 2, #ARGV do fields[#fields + 1] = ARGV[i] end
-local id = redis.call('XADD', ready, '*', unpack(fields))
+if not redis.acl_check_cmd('XADD', ready, '*', 'f', 'v') then
+  return respire_expect_perm('XADD', ready, '*', 'f', 'v')
+end
+if not redis.acl_check_cmd('XDEL', ready, '0-1') then
+  return respire_expect_perm('XDEL', ready, '0-1')
+end
+if not redis.acl_check_cmd('SET', dedup, 'v', 'PX', '1') then
+  return respire_expect_perm('SET', dedup, 'v', 'PX', '1')
+end
+local id = redis.call('XADD', ready, '*', unpack(ARGV, 2))
 local ok, setErr = pcall(redis.call, 'SET', dedup, id, 'PX', window)
 if not ok then
   redis.call('XDEL', ready, id)

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 from anyio.abc import SocketAttribute
 
 
@@ -24,6 +25,8 @@ class FaultProxy:
         self.cuts = 0
         self._cut_when: Callable[[bytes], bool] | None = None
         self.cut_done = anyio.Event()
+        self.piece_size = 0
+        self.pieces = 0
 
     @property
     def url(self) -> str:
@@ -33,6 +36,20 @@ class FaultProxy:
         """Drop the next server-to-client chunk matching ``predicate`` and close that link."""
         self.cut_done = anyio.Event()
         self._cut_when = predicate
+
+    def split_replies(self, size: int) -> None:
+        """Forward server-to-client bytes in pieces of at most ``size`` bytes."""
+        self.piece_size = size
+
+    async def _forward(self, downstream: anyio.abc.SocketStream, chunk: bytes) -> None:
+        size = self.piece_size
+        if not size:
+            await downstream.send(chunk)
+            return
+        for start in range(0, len(chunk), size):
+            await downstream.send(chunk[start : start + size])
+            self.pieces += 1
+            await anyio.lowlevel.checkpoint()
 
     async def _handle(self, downstream: anyio.abc.SocketStream) -> None:
         self.connections += 1
@@ -60,7 +77,7 @@ class FaultProxy:
                                 self.cuts += 1
                                 self.cut_done.set()
                                 break
-                            await downstream.send(chunk)
+                            await self._forward(downstream, chunk)
                     except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                         pass
                     tg.cancel_scope.cancel()

@@ -166,7 +166,7 @@ async def restricted_client(
         await client.execute("ACL", "DELUSER", user)
 
 
-@pytest.mark.parametrize("denied", ["-set", "-xdel"])
+@pytest.mark.parametrize("denied", ["-set", "-xdel", "-xadd", "-get"])
 async def test_enqueue_checks_permissions_before_writing(
     server_url: str, client: RedisClient, keys: JobQueueKeys, unique_name: str, denied: str
 ) -> None:

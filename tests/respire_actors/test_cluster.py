@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from helpers.servers import Cluster, key_slot
+from helpers.servers import Cluster, key_slot, start_cluster
 
-from respire_actors.errors import RespireError, ValidationError
-from respire_actors.redis._routing import cluster_request_args, key_indices
-from respire_actors.redis.client import RedisClient
+from respire_actors.errors import RespireError, TransactionAborted, ValidationError
+from respire_actors.redis._routing import key_indices
+from respire_actors.redis.client import RedisClient, connect
 from respire_actors.redis.scripts import Script, run_many
 
 MOVE_SOURCE = """\
@@ -235,9 +237,105 @@ def test_key_indices(command: tuple[str, ...], keys: list[str]) -> None:
     assert [args[i] for i in key_indices(name, args)] == keys
 
 
-def test_cluster_request_args_use_coredis_names() -> None:
-    name, args = cluster_request_args(b"SCRIPT", ("LOAD", "return 1"))
-    assert (name, args) == (b"SCRIPT LOAD", ("return 1",))
-    name, args = cluster_request_args(b"XGROUP", ("CREATE", "s", "g", "$"))
-    assert name == b"XGROUP CREATE"
-    assert [getattr(a, "key", None) for a in args] == ["s", None, None]
+# ------------------------------------------------------------------------------------------
+# live slot migration (MOVED and ASK) under concurrent traffic
+
+
+@pytest.fixture
+def small_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A fresh 2-master cluster this test may reshape."""
+    cluster = start_cluster(tmp_path, masters=2)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.anyio
+async def test_slot_migration_with_concurrent_traffic(
+    small_cluster: Cluster, unique_name: str
+) -> None:
+    """Move a slot between the masters while tasks INCR keys in it: ASK redirections during
+    the migration, MOVED after it; every acknowledged INCR ran exactly once."""
+    tag = unique_name
+    slot = key_slot(tag)
+    src = small_cluster.node_for_slot(slot)
+    dst = next(n for n in small_cluster.nodes if n is not src)
+    src_id = _text(src.execute("CLUSTER", "MYID"))
+    dst_id = _text(dst.execute("CLUSTER", "MYID"))
+    keys = [f"{{{tag}}}:k{i}" for i in range(12)]
+    acknowledged = dict.fromkeys(keys, 0)
+    aborted = 0
+    stop = anyio.Event()
+
+    async with connect(small_cluster.url) as client:
+        for key in keys:
+            await client.execute("SET", key, 0)
+
+        async def incr_worker(key: str) -> None:
+            while not stop.is_set():
+                assert await client.execute("INCR", key) > 0
+                acknowledged[key] += 1
+                await anyio.sleep(0.001)
+
+        async def pipeline_worker(key: str) -> None:
+            while not stop.is_set():
+                replies = await client.pipeline([("INCR", key), ("INCR", key)])
+                assert all(isinstance(r, int) for r in replies), replies
+                acknowledged[key] += 2
+                await anyio.sleep(0.001)
+
+        async def transaction_worker(key: str) -> None:
+            nonlocal aborted
+            while not stop.is_set():
+                try:
+                    await client.pipeline([("INCR", key)], transaction=True)
+                except TransactionAborted:
+                    aborted += 1  # nothing ran (slot migrating): safe to retry
+                else:
+                    acknowledged[key] += 1
+                await anyio.sleep(0.001)
+
+        async def run(*args: object) -> object:
+            return await anyio.to_thread.run_sync(lambda: src.execute(*args))  # type: ignore[arg-type]
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                for i, key in enumerate(keys):
+                    worker = (incr_worker, incr_worker, pipeline_worker, transaction_worker)[i % 4]
+                    tg.start_soon(worker, key)
+                await anyio.sleep(0.1)
+                await anyio.to_thread.run_sync(
+                    lambda: dst.execute("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+                )
+                await run("CLUSTER", "SETSLOT", slot, "MIGRATING", dst_id)
+                half = keys[: len(keys) // 2]
+                await run("MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *half)
+                await anyio.sleep(0.1)  # traffic on moved keys is answered ASK now
+                assert int(await client.execute("GET", half[0])) >= 0  # via ASK, explicitly
+                assert client.statistics().asked > 0
+                rest = keys[len(keys) // 2 :]
+                await run("MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", *rest)
+                await anyio.to_thread.run_sync(
+                    lambda: dst.execute("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+                )
+                await run("CLUSTER", "SETSLOT", slot, "NODE", dst_id)
+                await anyio.sleep(0.2)  # traffic to the old owner is answered MOVED now
+                stop.set()
+        stats = client.statistics()
+        assert stats.moved > 0
+        assert stats.asked > 0
+        # every acknowledged increment ran exactly once, on whichever node held the key
+        for key in keys:
+            assert int(dst.execute("GET", key)) == acknowledged[key], key  # type: ignore[arg-type]
+        assert src.execute("CLUSTER", "COUNTKEYSINSLOT", slot) == 0
+        assert sum(acknowledged.values()) > 50
+        # the client follows the new owner without further redirections
+        moved = stats.moved
+        for key in keys:
+            await client.execute("INCR", key)
+        assert client.statistics().moved == moved
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

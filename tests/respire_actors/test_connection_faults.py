@@ -1,8 +1,4 @@
-"""Connection faults: lost replies are never re-sent, hung servers time out, pools never stall.
-
-Some tests run the same scenario against plain coredis to document the upstream behaviour our
-connection layer exists to fix; they are marked "documents upstream" in their docstrings.
-"""
+"""Connection faults: lost replies are never re-sent, hung servers time out, pools never stall."""
 
 from __future__ import annotations
 
@@ -11,9 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-import coredis
 import pytest
-from coredis.retry import NoRetryPolicy
 from helpers.proxy import open_fault_proxy
 from helpers.servers import ValkeyProcess
 
@@ -81,20 +75,6 @@ async def test_lost_script_reply_is_not_resent(
         proxy.cut_on_reply(lambda chunk: b":2\r\n" in chunk)
         with pytest.raises(RedisUnavailable):
             await proxied.pipeline([("EVAL", script, 1, key)])
-    assert await client.execute("GET", key) == b"2"
-
-
-async def test_upstream_default_retry_duplicates_a_lost_reply(
-    client: RedisClient, server_url: str, unique_name: str
-) -> None:
-    """Documents upstream: coredis's default retry policy re-sends the INCR (counter 2)."""
-    key = f"{unique_name}:dup"
-    async with open_fault_proxy(port_of(server_url)) as proxy:
-        async with coredis.Redis(host="127.0.0.1", port=proxy.port) as plain:
-            proxy.cut_on_reply(is_integer_reply)
-            reply = await plain.incr(key)
-        assert proxy.cuts == 1
-    assert reply == 2
     assert await client.execute("GET", key) == b"2"
 
 
@@ -176,97 +156,51 @@ async def test_pipeline_times_out_on_a_hung_server(
 
 
 # ------------------------------------------------------------------------------------------
-# pool stall (coredis waiter bug) and the blocking-connection slot leak
-
-
-async def stall_scenario(
-    pool: Any,
-    run: Callable[..., Awaitable[Any]],
-    observer: RedisClient,
-    name: str,
-    *,
-    patience: float,
-) -> bool:
-    """Fill a 2-connection pool with BLPOPs, queue waiters C then D, cancel C, free one
-    connection. Returns whether D got the connection (False = the pool stalled)."""
-    queue = pool._available_connections
-    list_a, list_b, counter = f"{name}:a", f"{name}:b", f"{name}:counter"
-    d_done = anyio.Event()
-    c_scope = anyio.CancelScope()
-    c_finished = anyio.Event()
-
-    async def waiter_c() -> None:
-        with c_scope:
-            await run("PING")
-        c_finished.set()
-
-    async def waiter_d() -> None:
-        await run("INCR", counter)
-        d_done.set()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(run, "BLPOP", list_a, 0)
-        tg.start_soon(run, "BLPOP", list_b, 0)
-        await wait_until(queue.empty)  # both connections are held by blocking pops
-        tg.start_soon(waiter_c)
-        await wait_until(lambda: len(queue._getters) == 1)  # C waits for a connection
-        tg.start_soon(waiter_d)
-        await wait_until(lambda: queue._lock.statistics().tasks_waiting == 1)  # D queues
-        c_scope.cancel()
-        await c_finished.wait()
-        await wait_until(lambda: queue._lock.statistics().tasks_waiting == 0)  # D waits now
-        await observer.execute("LPUSH", list_a, "x")  # frees one connection
-        got_it = False
-        with anyio.move_on_after(patience):
-            await d_done.wait()
-            got_it = True
-        await observer.execute("LPUSH", list_b, "x")
-        if not got_it:
-            tg.cancel_scope.cancel()  # release the stalled waiter
-    return got_it
+# the dedicated-connection pool (blocking commands, WATCH transactions) never stalls
 
 
 async def test_cancelled_pool_waiter_does_not_stall(
     client: RedisClient, server_url: str, unique_name: str
 ) -> None:
+    """Fill a pool of 2 dedicated connections with BLPOPs, queue waiter C (another BLPOP) and
+    then D (a WATCH transaction), cancel C, free one connection: D must get it."""
+    list_a, list_b, counter = f"{unique_name}:a", f"{unique_name}:b", f"{unique_name}:counter"
     async with connect(server_url, max_connections=2, command_timeout=30) as small:
-        pool = small.raw.connection_pool
-        assert await stall_scenario(pool, small.execute, client, unique_name, patience=10)
+        d_done = anyio.Event()
+        c_scope = anyio.CancelScope()
+        c_finished = anyio.Event()
+
+        async def waiter_c() -> None:
+            with c_scope:
+                await small.execute("BLPOP", f"{unique_name}:c", 0)
+            c_finished.set()
+
+        async def waiter_d() -> None:
+            async with small.transaction(counter) as tx:
+                pending = tx.queue("INCR", counter)
+                assert await tx.commit()
+            assert pending.result() == 1
+            d_done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(small.execute, "BLPOP", list_a, 0)
+            tg.start_soon(small.execute, "BLPOP", list_b, 0)
+            await wait_until(lambda: small.statistics().dedicated_in_use == 2)
+            tg.start_soon(waiter_c)
+            await wait_until(lambda: small.statistics().dedicated_waiting == 1)
+            tg.start_soon(waiter_d)
+            await wait_until(lambda: small.statistics().dedicated_waiting == 2)
+            c_scope.cancel()
+            await c_finished.wait()
+            assert small.statistics().dedicated_waiting == 1
+            await client.execute("LPUSH", list_a, "x")  # frees one connection
+            with anyio.fail_after(10):
+                await d_done.wait()
+            await client.execute("LPUSH", list_b, "x")
         # and the pool is healthy afterwards
         with anyio.fail_after(5):
-            assert await small.execute("GET", f"{unique_name}:counter") == b"1"
-
-
-async def test_upstream_pool_stalls_on_a_cancelled_waiter(
-    client: RedisClient, server_url: str, unique_name: str
-) -> None:
-    """Documents upstream: coredis 6.9's own pool never wakes the next waiter."""
-    settings = ConnectionSettings.from_url(server_url)
-    plain = coredis.Redis(
-        host=settings.host,
-        port=settings.port,
-        max_connections=2,
-        retry_policy=NoRetryPolicy(),
-        stream_timeout=30,
-        decode_responses=False,
-    )
-
-    async def run(*args: Any) -> Any:
-        return await plain.execute_command(
-            plain.create_request(str(args[0]).encode(), *args[1:], callback=_noop())
-        )
-
-    async with plain:
-        pool = plain.connection_pool
-        stalled = not await stall_scenario(pool, run, client, unique_name, patience=0.5)
-    if not stalled:
-        pytest.skip("coredis no longer stalls on a cancelled pool waiter: upstream fixed it")
-
-
-def _noop() -> Any:
-    from coredis.response._callbacks import NoopCallback
-
-    return NoopCallback()
+            assert await small.execute("GET", counter) == b"1"
+            assert small.statistics().dedicated_in_use == 0
 
 
 async def test_cancelled_blocking_read_does_not_leak_the_slot(

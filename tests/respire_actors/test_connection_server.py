@@ -6,10 +6,11 @@ import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import coredis.exceptions as cx
+import anyio
 import pytest
 from helpers.resp import info_fields
 from helpers.servers import ValkeyProcess, short_tmp_dir
+from hiredis import ProtocolError, ReplyError
 
 from respire_actors.errors import (
     CommandTimeout,
@@ -19,6 +20,7 @@ from respire_actors.errors import (
     RespireError,
     ScriptError,
     ServerError,
+    ServerLoading,
     TransactionAborted,
     UnsupportedServer,
     WrongKeyType,
@@ -262,25 +264,31 @@ async def test_errors_inside_pipelines_are_mapped_and_redacted(
 
 def test_map_error_table() -> None:
     assert isinstance(map_error(TimeoutError("x")), CommandTimeout)
-    assert isinstance(map_error(cx.ConnectionError("reset")), RedisUnavailable)
     assert isinstance(map_error(ConnectionResetError()), RedisUnavailable)
-    assert isinstance(map_error(cx.WatchError()), TransactionAborted)
-    assert isinstance(map_error(cx.AuthenticationError("bad")), ConfigurationError)
-    assert isinstance(map_error(cx.WrongTypeError("Operation against")), WrongKeyType)
-    noperm = map_error(cx.AuthorizationError("User x has no permissions"))
+    assert isinstance(map_error(anyio.BrokenResourceError()), RedisUnavailable)
+    assert isinstance(map_error(anyio.EndOfStream()), RedisUnavailable)
+    assert isinstance(map_error(ProtocolError("bad byte")), RedisUnavailable)
+    wrongpass = map_error(ReplyError("WRONGPASS invalid username-password pair"))
+    assert isinstance(wrongpass, ConfigurationError) and "credentials" in str(wrongpass)
+    assert isinstance(map_error(ReplyError("NOAUTH Authentication required.")), ConfigurationError)
+    wrong = map_error(ReplyError("WRONGTYPE Operation against a key"))
+    assert isinstance(wrong, WrongKeyType) and wrong.code == "WRONGTYPE"
+    noperm = map_error(ReplyError("NOPERM User x has no permissions to run the 'incr' command"))
     assert isinstance(noperm, PermissionDenied) and noperm.code == "NOPERM"
-    noscript = map_error(cx.NoScriptError("No matching script."))
-    assert isinstance(noscript, ServerError) and noscript.code == "NOSCRIPT"
-    busy = map_error(cx.StreamDuplicateConsumerGroupError("Consumer Group name already exists"))
-    assert isinstance(busy, ServerError) and busy.code == "BUSYGROUP"
-    nogroup = map_error(cx.StreamConsumerGroupError("No such key"))
-    assert isinstance(nogroup, ServerError) and nogroup.code == "NOGROUP"
-    script = map_error(cx.ResponseError("RESPIRE_FENCE stale delivery"))
+    loading = map_error(ReplyError("LOADING Redis is loading the dataset in memory"))
+    assert isinstance(loading, ServerLoading) and loading.code == "LOADING"
+    noscript = map_error(ReplyError("NOSCRIPT No matching script. Please use EVAL."))
+    assert type(noscript) is ServerError and noscript.code == "NOSCRIPT"
+    busy = map_error(ReplyError("BUSYGROUP Consumer Group name already exists"))
+    assert type(busy) is ServerError and busy.code == "BUSYGROUP"
+    nogroup = map_error(ReplyError("NOGROUP No such key 's' or consumer group 'g'"))
+    assert type(nogroup) is ServerError and nogroup.code == "NOGROUP"
+    script = map_error(ReplyError("RESPIRE_FENCE stale delivery"))
     assert isinstance(script, ScriptError) and script.code == "RESPIRE_FENCE"
-    piped = map_error(
-        cx.ResponseError("Command # 2 (EVAL body 0) of pipeline caused error: RESPIRE_X y")
-    )
-    assert str(piped) == "RESPIRE_X y"
+    assert isinstance(map_error(ReplyError("RESPIRE_WRONGTYPE k")), WrongKeyType)
+    assert isinstance(map_error(ReplyError("RESPIRE_NOPERM no XADD")), PermissionDenied)
+    plain = map_error(ReplyError("ERR unknown command 'FOO'"))
+    assert type(plain) is ServerError and plain.code == "ERR"
     # already mapped, and foreign exceptions, pass through unchanged
     mine = ScriptError("RESPIRE_X y")
     assert map_error(mine) is mine
@@ -369,3 +377,34 @@ async def test_pipeline_transaction_flag(client: RedisClient, unique_name: str) 
     replies = await client.pipeline([("INCR", key), ("INCR", key)], transaction=True)
     assert replies == [1, 2]
     assert await client.pipeline([]) == []
+
+
+async def test_credential_provider_is_asked_for_every_new_connection(
+    valkey_server: ValkeyProcess, valkey_url: str, acl_user: tuple[str, str], unique_name: str
+) -> None:
+    """Rotation: the provider's current password is used by each reconnect."""
+    user, password = acl_user
+    current = {"password": password}
+    calls = 0
+
+    async def provider() -> tuple[str, str]:
+        nonlocal calls
+        calls += 1
+        await anyio.lowlevel.checkpoint()
+        return user, current["password"]
+
+    async with connect(valkey_url, credential_provider=provider) as client:
+        assert (await client.execute("ACL", "WHOAMI")).decode() == user
+        asked = calls
+        rotated = f"{password}-rotated"
+        valkey_server.execute("ACL", "SETUSER", user, "resetpass", f">{rotated}")
+        current["password"] = rotated
+        valkey_server.execute("CLIENT", "KILL", "USER", user)  # drop the old connections
+        with anyio.fail_after(5):
+            while True:
+                try:
+                    assert (await client.execute("ACL", "WHOAMI")).decode() == user
+                    break
+                except RedisUnavailable:
+                    continue  # the in-flight call saw the kill; the next one reconnects
+        assert calls > asked

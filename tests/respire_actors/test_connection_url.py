@@ -205,7 +205,8 @@ def test_connect_options_override_url() -> None:
     client = connect("redis://h?command_timeout=3", command_timeout=0.5, key_prefix="x:")
     assert client.settings.command_timeout == 0.5
     assert client.key_prefix == "x:"
-    assert client.raw is None  # nothing is opened before the client is entered
+    stats = client.statistics()  # nothing is opened before the client is entered
+    assert not stats.entered and stats.connections_opened == 0
 
 
 @pytest.mark.anyio

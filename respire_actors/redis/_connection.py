@@ -1,0 +1,503 @@
+"""Connections to one server: the shared multiplexed connection and dedicated connections.
+
+:class:`Multiplexed` is the connection every task shares for ordinary commands. Callers append
+their encoded command to one outgoing buffer and a FIFO of waiters; the caller that finds no
+write in progress becomes the writer and sends everything buffered, looping until the buffer
+is empty (tasks that submit while a write is under way join the next ``send``, so concurrent
+callers are pipelined automatically); one reader task per socket feeds received bytes to
+``hiredis.Reader`` and hands each reply to the oldest waiter.
+
+* A caller cancelled before its command entered the buffer sent nothing. One cancelled later
+  marks its waiter *abandoned*: the reader reads and drops that reply, the stream stays
+  aligned, and the command may still run on the server.
+* The socket write runs shielded, so a cancellation never leaves a half-written command on
+  the wire (a write that cannot finish is ended by the watchdog closing the socket).
+* A lost connection fails every in-flight request with :class:`RedisUnavailable` ("outcome
+  unknown"); nothing is ever re-sent. The next call reconnects (with backoff after failed
+  attempts).
+* A reply that does not arrive within the command timeout: a watchdog closes the connection,
+  the late requests get :class:`CommandTimeout` and every other in-flight request
+  :class:`RedisUnavailable` (replies are strictly ordered, so nothing behind a hung command
+  could be answered anyway; the server may still run all of them).
+
+:class:`Dedicated` is a connection used by one task at a time (blocking reads, WATCH
+transactions, handshakes): the caller writes and reads itself. Cancelling or timing out a call
+closes it. :class:`DedicatedPool` keeps a bounded set of them per server.
+"""
+
+from __future__ import annotations
+
+import inspect
+import ssl
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+
+from ..errors import CommandTimeout, ConfigurationError, RedisUnavailable
+from ._protocol import Arg, ProtocolError, PushNotification, ReplyError, encode, new_reader
+
+Address = tuple[str, int]
+CredentialProvider = Callable[[], "tuple[str | None, str] | Awaitable[tuple[str | None, str]]"]
+
+Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], None]
+
+_RECEIVE = 65536
+_MAY_HAVE_RUN = "in-flight commands may have run"
+_TRANSPORT_ERRORS = (
+    OSError,
+    anyio.EndOfStream,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    ProtocolError,
+    ssl.SSLError,
+)
+
+
+class Endpoint:
+    """How to reach one server and what to say first (credentials, protocol, database)."""
+
+    def __init__(
+        self,
+        *,
+        address: Address | None,
+        unix_socket_path: str | None,
+        ssl_context: ssl.SSLContext | None,
+        username: str | None,
+        password: str | None,
+        credential_provider: CredentialProvider | None,
+        db: int,
+        client_name: str | None,
+        connect_timeout: float,
+        command_timeout: float,
+        statistics: Statistics,
+    ) -> None:
+        self.address = address
+        self.unix_socket_path = unix_socket_path
+        self.ssl_context = ssl_context
+        self.username = username
+        self.password = password
+        self.credential_provider = credential_provider
+        self.db = db
+        self.client_name = client_name
+        self.connect_timeout = connect_timeout
+        self.command_timeout = command_timeout
+        self.statistics = statistics
+
+    def describe(self) -> str:
+        if self.unix_socket_path:
+            return f"unix://{self.unix_socket_path}"
+        assert self.address is not None
+        return f"{self.address[0]}:{self.address[1]}"
+
+    def at(self, address: Address) -> Endpoint:
+        """The same settings for another server (a cluster node)."""
+        other = Endpoint.__new__(Endpoint)
+        other.__dict__.update(self.__dict__)
+        other.address = address
+        other.unix_socket_path = None
+        return other
+
+    async def _credentials(self) -> tuple[str | None, str | None]:
+        if self.credential_provider is None:
+            return self.username, self.password
+        got = self.credential_provider()
+        if inspect.isawaitable(got):
+            got = await got
+        username, password = got
+        return username, password
+
+    async def open(self) -> Dedicated:
+        """Connect and handshake (HELLO 3 with AUTH and SETNAME, then SELECT)."""
+        where = self.describe()
+        try:
+            with anyio.fail_after(self.connect_timeout):
+                stream: anyio.abc.ByteStream
+                if self.unix_socket_path:
+                    stream = await anyio.connect_unix(self.unix_socket_path)
+                else:
+                    assert self.address is not None
+                    host, port = self.address
+                    if self.ssl_context is not None:
+                        stream = await anyio.connect_tcp(
+                            host,
+                            port,
+                            ssl_context=self.ssl_context,
+                            tls_hostname=host,
+                            tls_standard_compatible=False,
+                        )
+                    else:
+                        stream = await anyio.connect_tcp(host, port)
+        except TimeoutError:
+            raise RedisUnavailable(
+                f"connecting to {where} timed out after {self.connect_timeout} s"
+            ) from None
+        except _TRANSPORT_ERRORS as exc:
+            # a cancellation that lands while connecting may surface as a socket error: if our
+            # scope is cancelled, let the cancellation win
+            await anyio.lowlevel.checkpoint_if_cancelled()
+            raise RedisUnavailable(f"cannot connect to {where}: {exc}") from exc
+        self.statistics.opened += 1
+        conn = Dedicated(stream, self.statistics)
+        try:
+            username, password = await self._credentials()
+            hello: list[Arg] = ["HELLO", 3]
+            if password is not None:
+                hello += ["AUTH", username or "default", password]
+            if self.client_name:
+                hello += ["SETNAME", self.client_name]
+            payload = encode(hello)
+            count = 1
+            if self.db:
+                payload += encode(("SELECT", self.db))
+                count += 1
+            try:
+                with anyio.fail_after(self.command_timeout):
+                    replies = await conn.call(payload, count)
+            except TimeoutError:
+                raise CommandTimeout(
+                    f"{where} did not answer the connection handshake within "
+                    f"{self.command_timeout} s"
+                ) from None
+            for reply in replies:
+                if isinstance(reply, ReplyError):
+                    text = str(reply)
+                    if text.startswith(("WRONGPASS", "NOAUTH")) or "password" in text:
+                        raise ConfigurationError(
+                            f"Redis at {where} refused the credentials: {text}. "
+                            "Check the user and password in the URL"
+                        )
+                    raise reply
+        except BaseException:
+            await conn.aclose()
+            raise
+        return conn
+
+
+class Statistics:
+    """Counters for tests and monitoring (see :meth:`RedisClient.statistics`)."""
+
+    __slots__ = (
+        "asked",
+        "dedicated_idle",
+        "dedicated_in_use",
+        "dedicated_waiting",
+        "moved",
+        "opened",
+        "push_frames",
+    )
+
+    def __init__(self) -> None:
+        self.opened = 0
+        self.push_frames = 0
+        self.moved = 0
+        self.asked = 0
+        self.dedicated_in_use = 0
+        self.dedicated_idle = 0
+        self.dedicated_waiting = 0
+
+
+class Dedicated:
+    """A connection used by one task at a time; the caller writes and reads itself."""
+
+    def __init__(self, stream: anyio.abc.ByteStream, statistics: Statistics) -> None:
+        self.stream = stream
+        self.reader = new_reader()
+        self.broken = False
+        self._statistics = statistics
+
+    async def call(self, payload: bytes, count: int) -> list[Any]:
+        """Send ``payload`` and read ``count`` replies. Any failure or cancellation closes the
+        connection (a half-read reply cannot be resumed)."""
+        if self.broken:
+            raise RedisUnavailable("this connection was closed; open a new one")
+        try:
+            await self.stream.send(payload)
+            replies: list[Any] = []
+            reader = self.reader
+            while len(replies) < count:
+                reply = reader.gets()
+                if reply is False:
+                    reader.feed(await self.stream.receive(_RECEIVE))
+                elif type(reply) is not PushNotification:
+                    replies.append(reply)
+            return replies
+        except BaseException as exc:
+            await self.aclose()
+            if isinstance(exc, anyio.EndOfStream):
+                raise RedisUnavailable(
+                    "the server closed the connection; the command may have run"
+                ) from exc
+            if isinstance(exc, _TRANSPORT_ERRORS):
+                raise RedisUnavailable(
+                    f"connection lost ({exc!r}); the command may have run"
+                ) from exc
+            raise
+
+    async def aclose(self) -> None:
+        if not self.broken:
+            self.broken = True
+            await anyio.aclose_forcefully(self.stream)
+
+
+class _Waiter:
+    __slots__ = ("abandoned", "count", "error", "event", "replies", "sent")
+
+    def __init__(self, count: int, event: anyio.Event) -> None:
+        self.event = event
+        self.count = count
+        self.replies: list[Any] = []
+        self.error: RedisUnavailable | None = None
+        self.abandoned = False
+        self.sent = time.monotonic()
+
+
+class _Link:
+    """One socket of a :class:`Multiplexed` connection (a reconnect makes a new link)."""
+
+    def __init__(self, conn: Dedicated, endpoint: Endpoint) -> None:
+        self.stream = conn.stream
+        self.reader = conn.reader
+        self.endpoint = endpoint
+        self.timeout = endpoint.command_timeout
+        self.pending: deque[_Waiter] = deque()
+        self.out: list[bytes] = []
+        self.writing = False
+        self.error: RedisUnavailable | None = None
+        self.scope = anyio.CancelScope()
+        # The running backend's Event class, so each request skips anyio's backend lookup.
+        self._event_class = type(anyio.Event())
+
+    def submit(self, payload: bytes, count: int) -> _Waiter:
+        if self.error is not None:
+            raise self.error  # closed since the caller picked it: nothing was queued
+        waiter = _Waiter(count, self._event_class())
+        self.out.append(payload)
+        self.pending.append(waiter)
+        return waiter
+
+    async def flush(self) -> None:
+        """Write everything buffered. The caller has set ``writing``; callers that submit
+        while a write is in progress are sent by the same loop (auto-pipelining: the stream's
+        own checkpoint before each write lets every task of this event-loop turn join).
+
+        Shielded, so a cancellation never tears a command in half; a write that never ends
+        (a server that stopped reading) is ended by the watchdog, which closes the socket.
+        """
+        try:
+            with anyio.CancelScope(shield=True):
+                out = self.out
+                while out and self.error is None:
+                    data = b"".join(out) if len(out) > 1 else out[0]
+                    out.clear()
+                    await self.stream.send(data)
+        except _TRANSPORT_ERRORS as exc:
+            self.fail(RedisUnavailable(f"connection lost while writing ({exc!r})"))
+        finally:
+            self.writing = False
+
+    def fail(self, error: RedisUnavailable, *, now: float | None = None) -> None:
+        """Close the link: every in-flight request gets ``error`` (timed-out ones a
+        :class:`CommandTimeout` when ``now`` is given)."""
+        if self.error is not None:
+            return
+        self.error = error
+        pending, self.pending = self.pending, deque()
+        self.out.clear()
+        for waiter in pending:
+            if now is not None and now - waiter.sent >= self.timeout * 0.99:
+                waiter.error = CommandTimeout(
+                    f"Redis did not reply within {self.timeout} s; the command may have run"
+                )
+            else:
+                waiter.error = error
+            waiter.event.set()
+        self.scope.cancel()
+
+    async def run(self) -> None:
+        try:
+            with self.scope:
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._watchdog)
+                    await self._read()
+                    tg.cancel_scope.cancel()
+        finally:
+            self.fail(
+                RedisUnavailable(
+                    "the Redis client was closed with this command in flight; it may have run"
+                )
+            )
+            await anyio.aclose_forcefully(self.stream)
+
+    async def _read(self) -> None:
+        stream, reader = self.stream, self.reader
+        try:
+            while True:
+                reader.feed(await stream.receive(_RECEIVE))
+                reply = reader.gets()
+                while reply is not False:
+                    if type(reply) is PushNotification:
+                        self.endpoint.statistics.push_frames += 1  # never a command's reply
+                    else:
+                        waiter = self.pending[0]
+                        replies = waiter.replies
+                        replies.append(reply)
+                        if len(replies) >= waiter.count:
+                            self.pending.popleft()
+                            if not waiter.abandoned:
+                                waiter.event.set()
+                    reply = reader.gets()
+        except anyio.EndOfStream:
+            self.fail(RedisUnavailable(f"the server closed the connection; {_MAY_HAVE_RUN}"))
+        except _TRANSPORT_ERRORS as exc:
+            self.fail(RedisUnavailable(f"connection lost ({exc!r}); {_MAY_HAVE_RUN}"))
+        except IndexError:
+            self.fail(RedisUnavailable("Redis sent a reply nobody asked for; connection closed"))
+
+    async def _watchdog(self) -> None:
+        period = min(max(self.timeout / 8, 0.005), 0.5)
+        while True:
+            await anyio.sleep(period)
+            if self.pending:
+                now = time.monotonic()
+                if now - self.pending[0].sent >= self.timeout:
+                    self.fail(
+                        RedisUnavailable(
+                            "the connection was closed because an earlier command timed out; "
+                            "this command may have run"
+                        ),
+                        now=now,
+                    )
+                    return
+
+
+class Multiplexed:
+    """The shared, auto-pipelined connection to one server. See the module docstring."""
+
+    def __init__(self, endpoint: Endpoint, spawn: Spawn):
+        self.endpoint = endpoint
+        self._spawn = spawn
+        self._link: _Link | None = None
+        self._lock = anyio.Lock()
+        self._failures = 0
+        self._retry_at = 0.0
+
+    @property
+    def in_flight(self) -> int:
+        link = self._link
+        return len(link.pending) if link is not None and link.error is None else 0
+
+    @property
+    def connected(self) -> bool:
+        return self._link is not None and self._link.error is None
+
+    async def _connect(self) -> _Link:
+        async with self._lock:
+            link = self._link
+            if link is not None and link.error is None:
+                return link
+            delay = self._retry_at - time.monotonic()
+            if delay > 0:
+                await anyio.sleep(delay)
+            try:
+                conn = await self.endpoint.open()
+            except Exception:
+                self._failures += 1
+                self._retry_at = time.monotonic() + min(0.025 * 2**self._failures, 1.0)
+                raise
+            self._failures = 0
+            link = _Link(conn, self.endpoint)
+            try:
+                self._spawn(link.run)
+            except BaseException:
+                await conn.aclose()  # the client was closed meanwhile
+                raise
+            self._link = link
+            return link
+
+    async def request(self, payload: bytes, count: int, *, shielded: bool = False) -> list[Any]:
+        """Send one encoded request expecting ``count`` replies; return the replies.
+
+        ``shielded``: wait for the replies even if the caller is cancelled (pipelines and
+        transactions), bounded by the command timeout (the watchdog).
+        """
+        link = self._link
+        if link is None or link.error is not None:
+            link = await self._connect()
+        else:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        waiter = link.submit(payload, count)
+        if not link.writing:
+            link.writing = True
+            await link.flush()
+        if shielded:
+            with anyio.CancelScope(shield=True):
+                await waiter.event.wait()
+        else:
+            try:
+                await waiter.event.wait()
+            except BaseException:
+                waiter.abandoned = True
+                raise
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.replies
+
+    def close(self) -> None:
+        link, self._link = self._link, None
+        if link is not None:
+            link.fail(RedisUnavailable("the Redis client was closed"))
+
+
+class DedicatedPool:
+    """A bounded pool of dedicated connections to one server (LIFO reuse)."""
+
+    def __init__(self, endpoint: Endpoint, size: int) -> None:
+        self.endpoint = endpoint
+        self._idle: list[Dedicated] = []
+        self._slots = anyio.Semaphore(size)
+        self._closed = False
+
+    async def acquire(self) -> Dedicated:
+        stats = self.endpoint.statistics
+        stats.dedicated_waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            stats.dedicated_waiting -= 1
+        try:
+            while self._idle:
+                conn = self._idle.pop()
+                stats.dedicated_idle -= 1
+                if not conn.broken:
+                    stats.dedicated_in_use += 1
+                    return conn
+            conn = await self.endpoint.open()
+        except BaseException:
+            self._slots.release()
+            raise
+        stats.dedicated_in_use += 1
+        return conn
+
+    async def release(self, conn: Dedicated) -> None:
+        stats = self.endpoint.statistics
+        stats.dedicated_in_use -= 1
+        try:
+            if conn.broken or self._closed:
+                await conn.aclose()
+            else:
+                self._idle.append(conn)
+                stats.dedicated_idle += 1
+        finally:
+            self._slots.release()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        self.endpoint.statistics.dedicated_idle -= len(idle)
+        for conn in idle:
+            await conn.aclose()
