@@ -72,14 +72,14 @@ async def retry_while_loading(
 def is_loading_refusal(exc: BaseException) -> bool:
     """True when ``exc`` (or what caused it) is a server's ``LOADING`` refusal.
 
-    Besides :class:`ServerLoading` this recognises a refused connection handshake, which the
-    Redis library reports as its own ``BusyLoadingError`` wrapped in :class:`RedisUnavailable`.
+    Besides :class:`ServerLoading` this recognises a ``LOADING`` refusal wrapped in another
+    error (a refused connection handshake surfaces as :class:`RedisUnavailable` caused by it).
     """
     seen: set[int] = set()
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        if isinstance(current, ServerLoading) or type(current).__name__ == "BusyLoadingError":
+        if isinstance(current, ServerLoading):
             return True
         if str(current).startswith("LOADING"):
             return True

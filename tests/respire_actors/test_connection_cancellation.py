@@ -210,7 +210,9 @@ async def test_cancelled_commit_completes_and_spares_other_commands(
             with anyio.CancelScope() as scope:
 
                 async def cancel_mid_commit() -> None:
-                    await anyio.lowlevel.checkpoint()  # runs once commit() has yielded
+                    # Runs at its first step, which the scheduler reaches only after commit()
+                    # has yielded waiting for its reply (a second checkpoint here would race
+                    # the reply on a fast server).
                     order.append("cancelled")
                     scope.cancel()
 
