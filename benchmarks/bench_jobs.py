@@ -79,12 +79,33 @@ def _counting_handler(n: int):
     return done, handler
 
 
+# Commands the client sends itself. Commands a script runs are counted twice by the server (in
+# the script's EVALSHA time and under their own name), so only these top-level ones are summed.
+_TOP_LEVEL = ("cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_xread:", "cmdstat_xreadgroup:")
+
+
+async def server_usec(client) -> int:
+    """Server CPU (µs) spent so far in the commands this runtime sends (``INFO commandstats``)."""
+    text = await client.execute("INFO", "commandstats")
+    total = 0
+    for line in (text.decode() if isinstance(text, bytes) else str(text)).splitlines():
+        if line.startswith(_TOP_LEVEL):
+            fields = dict(kv.split("=", 1) for kv in line.partition(":")[2].split(","))
+            total += int(fields["usec"])
+    return total
+
+
+SERVER_USEC_PER_JOB: dict[int, float] = {}
+"""Server CPU per processed job (µs) of the last plain bench_process run, by concurrency."""
+
+
 async def bench_process(
     client, n: int, concurrency: int, keep_results: float | None = None
 ) -> tuple[float, float]:
     q = JobQueue(client, f"bench-{uuid.uuid4().hex[:8]}", BytesCodec())
     await q.enqueue_many((f"j{i}", b"x") for i in range(n))
     done, handler = _counting_handler(n)
+    usec_before = await server_usec(client)
 
     worker = Worker()
     worker.register(
@@ -107,6 +128,9 @@ async def bench_process(
         while worker.statistics(q.name).acked < n:  # noqa: ASYNC110 - polling a counter
             await anyio.sleep(0.01)
         trips = client.round_trips - before
+        # reading the stats costs one INFO call, noise next to n jobs
+        if keep_results is None:
+            SERVER_USEC_PER_JOB[concurrency] = (await server_usec(client) - usec_before) / n
         await worker.stop()
         tg.cancel_scope.cancel()
     await _cleanup(client, q)
@@ -201,7 +225,8 @@ async def run(url: str, jobs: int) -> None:
             rows.append(
                 (
                     f"process no-op, concurrency {c}",
-                    f"{rate:,.0f} jobs/s, {trips:.2f} round trips/job",
+                    f"{rate:,.0f} jobs/s, {trips:.2f} round trips/job, "
+                    f"server {SERVER_USEC_PER_JOB[c]:.1f} µs/job",
                 )
             )
         rate, trips = await bench_process(client, jobs, 64, keep_results=600)
