@@ -164,7 +164,9 @@ async def bench_scheduled_process(client, n: int, concurrency: int) -> float:
         handler,
         BytesCodec(),
         WorkerOptions(consumer_count=concurrency, read_batch=max(concurrency, 32)),
-        queue_options=QueueOptions(scheduling_batch_size=256),
+        # Promotion moves at most one batch per poll interval (so a due backlog cannot flood the
+        # ready stream): 256 per 10 ms caps this row at 25,600 jobs/s.
+        queue_options=QueueOptions(scheduling_batch_size=256, scheduling_poll_interval=0.01),
     )
     await q.enqueue_scheduled_many((f"s{i}", b"x") for i in range(n))
     async with anyio.create_task_group() as tg:
@@ -251,7 +253,12 @@ async def run(url: str, jobs: int) -> None:
                 )
             )
         rate = await bench_scheduled_process(client, jobs, 64)
-        rows.append(("scheduled enqueue -> processed, concurrency 64", f"{rate:,.0f} jobs/s"))
+        rows.append(
+            (
+                "scheduled -> processed, conc. 64, batch 256 per 10 ms",
+                f"{rate:,.0f} jobs/s",
+            )
+        )
         p50, p99 = await bench_latency(client, 500, 4)
         rows.append(("end-to-end latency at 500 jobs/s", f"p50 {p50:.2f} ms, p99 {p99:.2f} ms"))
         width = max(len(r[0]) for r in rows)
