@@ -4,12 +4,17 @@
 their encoded command to one outgoing buffer and a FIFO of waiters; the caller that finds no
 write in progress becomes the writer and sends everything buffered, looping until the buffer
 is empty (tasks that submit while a write is under way join the next ``send``, so concurrent
-callers are pipelined automatically); one reader task per socket feeds received bytes to
-``hiredis.Reader`` and hands each reply to the oldest waiter.
+callers are pipelined automatically); there is no reader task: a caller whose
+reply is outstanding and who finds nobody reading reads the socket itself, feeding
+``hiredis.Reader`` and handing each reply to the oldest waiter, until its own reply arrives;
+then it hands the reading role to the oldest waiter still waiting. A lone caller so writes and
+reads with no task switch.
 
 * A caller cancelled before its command entered the buffer sent nothing. One cancelled later
-  marks its waiter *abandoned*: the reader reads and drops that reply, the stream stays
-  aligned, and the command may still run on the server.
+  marks its waiter *abandoned*: whoever reads next reads and drops that reply, the stream
+  stays aligned, and the command may still run on the server. A reading caller that is
+  cancelled consumed nothing from the socket (a cancelled receive reads nothing) and hands the
+  reading role on.
 * The socket write runs shielded, so a cancellation never leaves a half-written command on
   the wire (a write that cannot finish is ended by the watchdog closing the socket).
 * A lost connection fails every in-flight request with :class:`RedisUnavailable` ("outcome
@@ -28,6 +33,7 @@ closes it. :class:`DedicatedPool` keeps a bounded set of them per server.
 from __future__ import annotations
 
 import inspect
+import socket
 import ssl
 import time
 from collections import deque
@@ -245,7 +251,7 @@ class Dedicated:
 
 
 class _Waiter:
-    __slots__ = ("abandoned", "count", "error", "event", "replies", "sent")
+    __slots__ = ("abandoned", "count", "done", "error", "event", "lead", "replies", "sent")
 
     def __init__(self, count: int, event: anyio.Event) -> None:
         self.event = event
@@ -253,11 +259,22 @@ class _Waiter:
         self.replies: list[Any] = []
         self.error: RedisUnavailable | None = None
         self.abandoned = False
+        self.done = False
+        # Set (with the event) when the reading role is handed to this waiter.
+        self.lead = False
         self.sent = time.monotonic()
 
 
 class _Link:
-    """One socket of a :class:`Multiplexed` connection (a reconnect makes a new link)."""
+    """One socket of a :class:`Multiplexed` connection (a reconnect makes a new link).
+
+    There is no reader task: the caller whose reply is outstanding and who finds nobody
+    reading becomes the reader. It reads and hands every reply to its waiter until its own
+    arrives, then hands the reading role to the oldest waiter still waiting. One caller at a
+    time therefore writes its command and reads its reply itself, with no task switch, while
+    concurrent callers share one reader as before. ``reading`` is True while a caller reads or
+    the role has been handed to a waiter that has not woken yet.
+    """
 
     def __init__(self, conn: Dedicated, endpoint: Endpoint) -> None:
         self.stream = conn.stream
@@ -267,10 +284,12 @@ class _Link:
         self.pending: deque[_Waiter] = deque()
         self.out: list[bytes] = []
         self.writing = False
+        self.reading = False
         self.error: RedisUnavailable | None = None
         self.scope = anyio.CancelScope()
         # The running backend's Event class, so each request skips anyio's backend lookup.
         self._event_class = type(anyio.Event())
+        self._raw_socket = _raw_socket(conn.stream)
 
     def submit(self, payload: bytes, count: int) -> _Waiter:
         if self.error is not None:
@@ -279,6 +298,23 @@ class _Link:
         self.out.append(payload)
         self.pending.append(waiter)
         return waiter
+
+    def new_event(self) -> anyio.Event:
+        return self._event_class()
+
+    def idle_and_closed(self) -> bool:
+        """With nothing in flight, True when the server has closed the socket (checked without
+        blocking). Nobody reads an idle link, so this is how a restart of the server between
+        commands is noticed before a command is sent on a dead socket."""
+        sock = self._raw_socket
+        if sock is None or self.pending or self.reading:
+            return False
+        try:
+            return sock.recv(1, _PEEK_FLAGS) == b""
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            return True
 
     async def flush(self) -> None:
         """Write everything buffered. The caller has set ``writing``; callers that submit
@@ -316,15 +352,16 @@ class _Link:
             else:
                 waiter.error = error
             waiter.event.set()
+        # Ends run(), which closes the socket: a caller blocked reading it is woken with an
+        # error and finds its waiter failed.
         self.scope.cancel()
 
     async def run(self) -> None:
+        """The link's background task: the command-timeout watchdog, and closing the socket
+        once the link fails or the client closes."""
         try:
             with self.scope:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._watchdog)
-                    await self._read()
-                    tg.cancel_scope.cancel()
+                await self._watchdog()
         finally:
             self.fail(
                 RedisUnavailable(
@@ -333,23 +370,31 @@ class _Link:
             )
             await anyio.aclose_forcefully(self.stream)
 
-    async def _read(self) -> None:
+    async def read_until(self, waiter: _Waiter | None) -> None:
+        """Read as the link's reader until ``waiter`` has its replies (``None``: until no
+        abandoned request heads the queue) or the link fails. The caller holds the reading role
+        (``reading`` is True); it is handed on when this returns, also when the caller is
+        cancelled (a cancelled receive consumed nothing)."""
         stream, reader = self.stream, self.reader
+        pending = self.pending
         try:
-            while True:
+            while self.error is None and (
+                not waiter.done if waiter is not None else bool(pending and pending[0].abandoned)
+            ):
                 reader.feed(await stream.receive(_RECEIVE))
                 reply = reader.gets()
                 while reply is not False:
                     if type(reply) is PushNotification:
                         self.endpoint.statistics.push_frames += 1  # never a command's reply
                     else:
-                        waiter = self.pending[0]
-                        replies = waiter.replies
+                        head = self.pending[0]
+                        replies = head.replies
                         replies.append(reply)
-                        if len(replies) >= waiter.count:
+                        if len(replies) >= head.count:
                             self.pending.popleft()
-                            if not waiter.abandoned:
-                                waiter.event.set()
+                            head.done = True
+                            if head is not waiter and not head.abandoned:
+                                head.event.set()
                     reply = reader.gets()
         except anyio.EndOfStream:
             self.fail(RedisUnavailable(f"the server closed the connection; {_MAY_HAVE_RUN}"))
@@ -357,11 +402,31 @@ class _Link:
             self.fail(RedisUnavailable(f"connection lost ({exc!r}); {_MAY_HAVE_RUN}"))
         except IndexError:
             self.fail(RedisUnavailable("Redis sent a reply nobody asked for; connection closed"))
+        finally:
+            self.reading = False
+            self.hand_off()
+
+    def hand_off(self) -> None:
+        """Give the reading role to the oldest waiter still waiting, if nobody holds it."""
+        if self.reading or self.error is not None:
+            return
+        for candidate in self.pending:
+            if not candidate.abandoned and not candidate.done:
+                self.reading = True
+                candidate.lead = True
+                candidate.event.set()
+                return
 
     async def _watchdog(self) -> None:
         period = min(max(self.timeout / 8, 0.005), 0.5)
         while True:
             await anyio.sleep(period)
+            if self.pending and not self.reading and self.pending[0].abandoned:
+                # Replies of cancelled callers with nobody left to read them: drain them here
+                # (bounded, so the timeout check below keeps its cadence).
+                self.reading = True
+                with anyio.move_on_after(period):
+                    await self.read_until(None)
             if self.pending:
                 now = time.monotonic()
                 if now - self.pending[0].sent >= self.timeout:
@@ -373,6 +438,17 @@ class _Link:
                         now=now,
                     )
                     return
+
+
+def _raw_socket(stream: anyio.abc.ByteStream) -> socket.socket | None:
+    try:
+        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+    except anyio.TypedAttributeLookupError:
+        return None
+    return raw if isinstance(raw, socket.socket) else None
+
+
+_PEEK_FLAGS = socket.MSG_PEEK | socket.MSG_DONTWAIT
 
 
 class Multiplexed:
@@ -426,6 +502,8 @@ class Multiplexed:
         transactions), bounded by the command timeout (the watchdog).
         """
         link = self._link
+        if link is not None and link.idle_and_closed():
+            link.fail(RedisUnavailable("the server closed the idle connection"))
         if link is None or link.error is not None:
             link = await self._connect()
         else:
@@ -436,16 +514,35 @@ class Multiplexed:
             await link.flush()
         if shielded:
             with anyio.CancelScope(shield=True):
-                await waiter.event.wait()
+                await self._wait(link, waiter)
         else:
             try:
-                await waiter.event.wait()
+                await self._wait(link, waiter)
             except BaseException:
                 waiter.abandoned = True
+                if waiter.lead:  # handed the reading role but cancelled before taking it
+                    waiter.lead = False
+                    link.reading = False
+                    link.hand_off()
                 raise
         if waiter.error is not None:
             raise waiter.error
         return waiter.replies
+
+    @staticmethod
+    async def _wait(link: _Link, waiter: _Waiter) -> None:
+        """Wait for ``waiter``'s replies, reading them (and others') while nobody else reads."""
+        while not waiter.done and waiter.error is None:
+            if waiter.lead:
+                waiter.lead = False  # the role is ours now; read_until hands it on
+                await link.read_until(waiter)
+            elif not link.reading and link.error is None:
+                link.reading = True
+                await link.read_until(waiter)
+            else:
+                await waiter.event.wait()
+                if not waiter.done and waiter.error is None:
+                    waiter.event = link.new_event()  # woken to read: the loop takes the role
 
     def close(self) -> None:
         link, self._link = self._link, None
