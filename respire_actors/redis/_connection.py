@@ -289,7 +289,9 @@ class _Link:
         self.scope = anyio.CancelScope()
         # The running backend's Event class, so each request skips anyio's backend lookup.
         self._event_class = type(anyio.Event())
-        self._raw_socket = _raw_socket(conn.stream)
+        raw = _raw_socket(conn.stream)
+        self._raw_socket = raw
+        self._own_socket = raw is not None and raw.fileno() != _fileno(conn.stream)
 
     def submit(self, payload: bytes, count: int) -> _Waiter:
         if self.error is not None:
@@ -368,7 +370,14 @@ class _Link:
                     "the Redis client was closed with this command in flight; it may have run"
                 )
             )
+            self.close_peek()
             await anyio.aclose_forcefully(self.stream)
+
+    def close_peek(self) -> None:
+        """Close the descriptor duplicated for peeking, if one was made."""
+        raw, self._raw_socket = self._raw_socket, None
+        if raw is not None and self._own_socket:
+            raw.close()
 
     async def read_until(self, waiter: _Waiter | None) -> None:
         """Read as the link's reader until ``waiter`` has its replies (``None``: until no
@@ -441,11 +450,26 @@ class _Link:
 
 
 def _raw_socket(stream: anyio.abc.ByteStream) -> socket.socket | None:
+    """A socket object to peek at ``stream``'s socket with. asyncio hands out a restricted
+    wrapper that cannot ``recv``: peek through a duplicate of its descriptor instead (closed
+    with the link)."""
     try:
-        raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)
+        raw: Any = stream.extra(anyio.abc.SocketAttribute.raw_socket)
     except anyio.TypedAttributeLookupError:
         return None
-    return raw if isinstance(raw, socket.socket) else None
+    if isinstance(raw, socket.socket):
+        return raw
+    try:
+        return socket.fromfd(raw.fileno(), raw.family, raw.type)
+    except (OSError, AttributeError):
+        return None
+
+
+def _fileno(stream: anyio.abc.ByteStream) -> int:
+    try:
+        return int(stream.extra(anyio.abc.SocketAttribute.raw_socket).fileno())
+    except (anyio.TypedAttributeLookupError, OSError, AttributeError):
+        return -1
 
 
 _PEEK_FLAGS = socket.MSG_PEEK | socket.MSG_DONTWAIT
@@ -490,6 +514,7 @@ class Multiplexed:
             try:
                 self._spawn(link.run)
             except BaseException:
+                link.close_peek()
                 await conn.aclose()  # the client was closed meanwhile
                 raise
             self._link = link

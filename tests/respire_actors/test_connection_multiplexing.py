@@ -252,3 +252,21 @@ async def test_stateful_commands_are_refused_on_the_shared_connection(
     with pytest.raises(ValidationError):
         await client.pipeline([("PING",), command])  # type: ignore[list-item]
     assert await client.execute("PING") == b"PONG"
+
+
+async def test_an_idle_connection_closed_by_the_server_is_replaced_before_sending(
+    client: RedisClient, server_url: str, unique_name: str
+) -> None:
+    """Nobody reads an idle shared connection; a server that closed it (restart, idle timeout,
+    CLIENT KILL) is noticed before the next command is written, so that command runs on a new
+    connection instead of failing with an unknown outcome."""
+    key = f"{unique_name}:idle"
+    assert await client.execute("INCR", key) == 1
+    own_id = await client.execute("CLIENT", "ID")
+    opened = client.statistics().connections_opened
+    async with connect(server_url) as other:
+        assert await other.execute("CLIENT", "KILL", "ID", own_id) == 1
+    await anyio.sleep(0.05)  # let the close reach this side's socket
+    assert await client.execute("INCR", key) == 2  # ran once, on a new connection
+    assert client.statistics().connections_opened == opened + 1
+    await client.execute("DEL", key)
