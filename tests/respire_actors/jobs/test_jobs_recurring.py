@@ -137,9 +137,7 @@ async def test_upsert_replaces_the_revision_and_a_stale_snapshot_cannot_commit(
     second = await scheduler.upsert("r", "new", interval=HOUR)  # anchored at the new time
     assert second.revision != first.revision and second.next_due == T0 + 2 * HOUR
     # a pass that read the first revision before the upsert: refused
-    assert [text(v) for v in await _TICK(client, tick_keys, tick_args(first.revision))] == [
-        "stale"
-    ]
+    assert [text(v) for v in await _TICK(client, tick_keys, tick_args(first.revision))] == ["stale"]
     # and after a removal, even with the current revision
     assert await scheduler.remove("r") is True
     assert await scheduler.remove("r") is False
@@ -300,9 +298,7 @@ async def test_cron_calendar_edges(
     assert await scheduler.run_due() == 1
     assert await scheduler.run_due() == 1
     ticks = await ticks_of(client, queue, "edge")
-    assert [datetime.fromtimestamp(t / 1000, UTC).date() for t in ticks] == [
-        d.date() for d in days
-    ]
+    assert [datetime.fromtimestamp(t / 1000, UTC).date() for t in ticks] == [d.date() for d in days]
 
 
 async def test_a_schedule_past_its_last_representable_occurrence_stays_removable(
