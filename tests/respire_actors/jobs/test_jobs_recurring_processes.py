@@ -162,13 +162,12 @@ async def test_a_lost_tick_reply_is_not_repeated(
     clock = FakeClock(T0)
     await queue.scheduler(clock=clock).upsert("lost", "x", interval=HOUR)
     clock.advance(HOUR)
-    async with open_fault_proxy(settings.port) as proxy:
-        async with connect(proxy.url) as through:
-            lossy = JobQueue(through, queue.name, queue.codec).scheduler(clock=clock)
-            proxy.cut_on_reply(lambda chunk: b"committed" in chunk)
-            with pytest.raises(RedisUnavailable):
-                await lossy.run_due()
-            assert proxy.cut_done.is_set()
+    async with open_fault_proxy(settings.port) as proxy, connect(proxy.url) as through:
+        lossy = JobQueue(through, queue.name, queue.codec).scheduler(clock=clock)
+        proxy.cut_on_reply(lambda chunk: b"committed" in chunk)
+        with pytest.raises(RedisUnavailable):
+            await lossy.run_due()
+        assert proxy.cut_done.is_set()
     assert await ticks(client, queue) == [("lost", ms(T0 + HOUR))]  # the script ran
     for _ in range(3):
         assert await queue.scheduler(clock=clock).run_due() == 0
