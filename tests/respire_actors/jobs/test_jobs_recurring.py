@@ -466,3 +466,21 @@ async def test_a_scheduler_is_bound_to_the_queue_codec_and_prefix(
             from helpers.keyspace import delete_matching
 
             await delete_matching(prefixed, f"*{unique_name}*")
+
+
+async def test_recurring_scripts_run_in_one_slot_on_a_cluster(
+    cluster_client: RedisClient, unique_name: str
+) -> None:
+    queue = JobQueue(cluster_client, unique_name, StrCodec())
+    clock = FakeClock(T0)
+    scheduler = queue.scheduler(clock=clock)
+    for i in range(5):
+        await scheduler.upsert(f"c{i}", "x", interval=HOUR, missed=CATCH_UP)
+    clock.advance(2 * HOUR)
+    total = 0
+    for _ in range(4):
+        total += await scheduler.run_due(max_ticks=3)
+    assert total == 10
+    assert len(await ready_jobs(cluster_client, queue)) == 10
+    assert len((await scheduler.list()).schedules) == 5
+    assert await scheduler.remove("c0") is True
