@@ -484,3 +484,56 @@ async def test_recurring_scripts_run_in_one_slot_on_a_cluster(
     assert len(await ready_jobs(cluster_client, queue)) == 10
     assert len((await scheduler.list()).schedules) == 5
     assert await scheduler.remove("c0") is True
+
+
+async def test_cron_is_utc_so_daylight_saving_changes_nothing(
+    client: RedisClient, queue: JobQueue[str], scheduler: RecurringScheduler[str], clock: FakeClock
+) -> None:
+    # 02:30 falls in the skipped hour of Europe's spring change (2030-03-31) and the repeated
+    # hour of its autumn change (2030-10-27) in local time; in UTC each day has exactly one
+    clock.set(datetime(2030, 3, 30, 3, tzinfo=UTC))
+    await scheduler.upsert("spring", "x", cron="30 2 * * *", missed=CATCH_UP)
+    clock.set(datetime(2030, 4, 2, 3, tzinfo=UTC))
+    for _ in range(4):
+        await scheduler.run_due()
+    assert await ticks_of(client, queue, "spring") == [
+        ms(datetime(2030, 3, d, 2, 30, tzinfo=UTC)) for d in (31,)
+    ] + [ms(datetime(2030, 4, d, 2, 30, tzinfo=UTC)) for d in (1, 2)]
+    clock.set(datetime(2030, 10, 26, 3, tzinfo=UTC))
+    await scheduler.upsert("autumn", "x", cron="30 2 * * *", missed=CATCH_UP)
+    clock.set(datetime(2030, 10, 28, 3, tzinfo=UTC))
+    for _ in range(4):
+        await scheduler.run_due()
+    assert await ticks_of(client, queue, "autumn") == [
+        ms(datetime(2030, 10, d, 2, 30, tzinfo=UTC)) for d in (27, 28)
+    ]
+
+
+async def test_a_tick_is_retried_and_dead_lettered_like_any_job(
+    client: RedisClient, queue: JobQueue[str], scheduler: RecurringScheduler[str], clock: FakeClock
+) -> None:
+    from jobs_helpers import fast_options, running_worker, wait_until
+
+    from respire_actors.jobs import NACK, Job
+
+    attempts: list[int] = []
+
+    async def failing(job: Job[str]) -> Any:
+        attempts.append(job.attempt)
+        return NACK
+
+    await scheduler.upsert("flaky", "x", interval=HOUR)
+    clock.advance(HOUR)
+    assert await scheduler.run_due() == 1
+    options = fast_options(delivery_limit=2, visibility_timeout=timedelta(milliseconds=200))
+    async with running_worker(client, queue.name, failing, options=options):
+        await wait_until(lambda: len(attempts) >= 2, timeout=20)
+
+        async def dead() -> bool:
+            return len(await queue.read_dead_letters()) == 1
+
+        from jobs_helpers import wait_until_async
+
+        await wait_until_async(dead, timeout=20)
+    [(_, fields)] = await queue.read_dead_letters()
+    assert text(fields["_respire.job.schedule"]) == "flaky"
