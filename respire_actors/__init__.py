@@ -4,6 +4,7 @@ actors on anyio, running unchanged under trio or asyncio.
 See README.md and docs/ for the guide; every public name is re-exported here.
 """
 
+from .clock import Clock, SystemClock
 from .codecs import (
     BytesCodec,
     Codec,
@@ -20,6 +21,7 @@ from .errors import (
     ConfigurationError,
     ConsumerGroupMissing,
     EmbeddedServerError,
+    InvalidSchedule,
     JobDeadLettered,
     JobResultError,
     JobResultTimeout,
@@ -37,7 +39,9 @@ from .errors import (
 )
 from .jobs import (
     ACK,
+    CATCH_UP,
     NACK,
+    SKIP,
     Ack,
     DeadLetter,
     DeadLetterReason,
@@ -48,12 +52,17 @@ from .jobs import (
     JobQueue,
     JobStatus,
     LogPolicy,
+    MissedTickPolicy,
     Nack,
     Outcome,
     QueueOptions,
     QueueState,
     RateLimit,
+    RecurringOptions,
+    RecurringScheduler,
     RetryAfter,
+    ScheduleInfo,
+    SchedulePage,
     Worker,
     WorkerOptions,
     WorkerStatistics,
@@ -65,6 +74,16 @@ from .streams import StreamEntry, StreamWorker, StreamWorkerOptions
 __version__ = "0.1.0"
 
 __all__ = [
+    "CATCH_UP",
+    "SKIP",
+    "Clock",
+    "InvalidSchedule",
+    "MissedTickPolicy",
+    "RecurringOptions",
+    "RecurringScheduler",
+    "ScheduleInfo",
+    "SchedulePage",
+    "SystemClock",
     "StreamWorkerOptions",
     "StreamWorker",
     "StreamEntry",

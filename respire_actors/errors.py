@@ -4,6 +4,7 @@
 
     RespireError
     ├── ValidationError (also ValueError)   bad input, raised before anything is sent to Redis
+    │   ├── InvalidSchedule                 a recurring schedule that can never run as asked
     │   └── CodecError                      (codecs) a payload could not be encoded or decoded
     │       ├── EncodeError                 a value could not be serialised; nothing was sent
     │       └── DecodeError                 stored bytes are not a valid payload
@@ -153,3 +154,9 @@ class JobResultUnavailable(JobResultError):
 
 class EmbeddedServerError(RespireError):
     """The embedded valkey-server could not be started, or exited unexpectedly."""
+
+
+class InvalidSchedule(ValidationError):
+    """A recurring schedule was refused before anything was sent: not exactly one of interval
+    and cron, an interval that is not a positive whole number of milliseconds, a cron
+    expression that is not five UTC fields, or one with no future occurrence."""

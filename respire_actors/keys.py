@@ -130,6 +130,27 @@ class JobQueueKeys:
         """A caller-chosen key inside this queue's slot (e.g. a dead-letter override)."""
         return f"{self.base}:{suffix}"
 
+    # -- recurring schedules (jobs/recurring.py) -------------------------------------------
+    @property
+    def recurring(self) -> str:
+        """Definition hash of the recurring schedules (field = schedule id)."""
+        return f"{self.base}:recurring"
+
+    @property
+    def recurring_due(self) -> str:
+        """Due index of the recurring schedules (sorted set, score = next due unix ms)."""
+        return f"{self.base}:recurring-due"
+
+    @property
+    def recurring_order(self) -> str:
+        """Visiting order of the recurring schedules (sorted set, all scores 0, by id)."""
+        return f"{self.base}:recurring-order"
+
+    @property
+    def recurring_cursor(self) -> str:
+        """The shared round-robin cursor of scheduling passes (the last visited id)."""
+        return f"{self.base}:recurring-cursor"
+
 
 @dataclass(frozen=True, slots=True)
 class ReliableQueueKeys:

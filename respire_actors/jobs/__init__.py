@@ -19,10 +19,26 @@ from .model import (
 )
 from .options import JobEnqueueOptions, LogPolicy, QueueOptions, RateLimit, WorkerOptions
 from .queue import JobQueue
+from .recurring import (
+    CATCH_UP,
+    SKIP,
+    MissedTickPolicy,
+    RecurringOptions,
+    RecurringScheduler,
+    ScheduleInfo,
+    SchedulePage,
+)
 from .worker import Registration, Worker
 
 __all__ = [
     "ACK",
+    "CATCH_UP",
+    "SKIP",
+    "MissedTickPolicy",
+    "RecurringOptions",
+    "RecurringScheduler",
+    "ScheduleInfo",
+    "SchedulePage",
     "NACK",
     "Ack",
     "DeadLetter",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Generic, TypeVar
 
 import anyio
@@ -141,6 +141,20 @@ class Job(Generic[T]):
     def expires_at(self) -> int | None:
         """The job's absolute expiry in unix ms of the server clock, or None."""
         return self.delivery.expires_at
+
+    @property
+    def schedule_id(self) -> str | None:
+        """The recurring schedule that enqueued this job (see docs/recurring.md), else None."""
+        raw = self.delivery.fields.get(b"_respire.job.schedule")
+        return None if raw is None else raw.decode("utf-8", "replace")
+
+    @property
+    def tick(self) -> datetime | None:
+        """The occurrence (UTC) a recurring schedule enqueued this job for, else None."""
+        raw = self.delivery.fields.get(b"_respire.job.tick")
+        if raw is None:
+            return None
+        return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=int(raw))
 
     def retry_after(self, delay: timedelta | float) -> RetryAfter:
         """An outcome to return: retry durably after ``delay`` (rounded up to whole ms, at most

@@ -11,6 +11,7 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 
+from ..clock import Clock
 from ..codecs import Codec, JsonValueCodec, check_codec, decode_with, encode_with
 from ..errors import (
     JobDeadLettered,
@@ -24,6 +25,7 @@ from ..redis.client import BlockingConnection, Pending, RedisClient, Transaction
 from ..redis.scripts import Script, load, run_many
 from .model import EnqueueResult, JobEvent, JobStatus, QueueState
 from .options import DEFAULT_DEDUP_WINDOW, JobEnqueueOptions, RateLimit, duration_ms
+from .recurring import RecurringScheduler
 
 T = TypeVar("T")
 
@@ -234,6 +236,12 @@ class JobQueue(Generic[T]):
             raise ValidationError("the transaction must be created from the queue's own client")
         prepared = self._prepare_scheduled(job_id, payload, options)
         return _SCHEDULE.queue_in(tx, prepared.keys, prepared.args, convert=_to_result)
+
+    # -- recurring schedules (jobs/recurring.py) --------------------------------------------
+    def scheduler(self, clock: Clock | None = None) -> RecurringScheduler[T]:
+        """The recurring scheduler of this queue (see docs/recurring.md); ``clock`` is the UTC
+        clock deciding what is due (default the system clock)."""
+        return RecurringScheduler(self.client, self.name, self.codec, clock=clock)
 
     # -- queue controls ---------------------------------------------------------------------
     async def pause(self) -> bool:

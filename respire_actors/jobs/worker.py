@@ -8,6 +8,7 @@
         ├── runners                      consumer_count handler runners
         ├── sweeper                      startup replay, then recovery passes
         ├── promoter                     due scheduled jobs -> ready (with QueueOptions only)
+        ├── ticker                       recurring schedules -> ready (with RecurringOptions only)
         └── reader                       admits new jobs (stopped first)
 
 Children start in that order and stop in reverse: intake stops first, running handlers get
@@ -37,12 +38,14 @@ from ..actors.options import (
 )
 from ..actors.promoter import run_promoter
 from ..actors.runtime import Handler, QueueRuntime, check_handler
+from ..actors.ticker import TickerStatistics, run_ticker
 from ..actors.tree import ConsumerHost, consumer_supervisor
 from ..codecs import Codec, JsonValueCodec, check_codec
 from ..errors import ValidationError
 from ..keys import JobQueueKeys, validate_name
 from ..redis.client import RedisClient
 from .job import bind_job
+from .recurring import RecurringOptions, RecurringScheduler
 from .source import JobSource
 
 T = TypeVar("T")
@@ -58,6 +61,7 @@ class Registration:
     options: WorkerOptions
     queue_options: QueueOptions | None = None
     result_codec: Codec[Any] | None = None
+    recurring: RecurringOptions | None = None
 
 
 class Worker(ConsumerHost):
@@ -80,6 +84,7 @@ class Worker(ConsumerHost):
         validate_name(name, what="worker name")
         super().__init__(name)
         self._registrations: dict[str, Registration] = {}
+        self._ticker_stats: dict[str, TickerStatistics] = {}
 
     def register(
         self,
@@ -90,12 +95,14 @@ class Worker(ConsumerHost):
         *,
         queue_options: QueueOptions | None = None,
         result_codec: Codec[Any] | None = None,
+        recurring: RecurringOptions | None = None,
     ) -> Registration:
         """Register ``handler`` for ``queue``. Each queue once per worker; telemetry names
         must be unique. ``queue_options`` enables scheduling (a promoter actor), TTL checks and
         durable retries; None keeps immediate-only processing. ``result_codec`` encodes the
         handler's return values kept with ``WorkerOptions(keep_results=...)`` (default
-        :class:`~respire_actors.codecs.JsonValueCodec`).
+        :class:`~respire_actors.codecs.JsonValueCodec`). ``recurring`` runs a recurring ticker
+        actor for the queue's schedules (see docs/recurring.md); None runs none.
 
         Raises :class:`ValidationError` at once for what could never run: a handler that is
         not an ``async def`` function, a codec that is not a codec instance (pass
@@ -116,6 +123,10 @@ class Worker(ConsumerHost):
             raise ValidationError(
                 f"queue_options must be a QueueOptions or None, got {type(queue_options).__name__}"
             )
+        if recurring is not None and not isinstance(recurring, RecurringOptions):
+            raise ValidationError(
+                f"recurring must be a RecurringOptions or None, got {type(recurring).__name__}"
+            )
         if queue in self._registrations:
             raise ValidationError(f"queue {queue!r} is already registered on this worker")
         names = {r.options.telemetry_name or r.queue for r in self._registrations.values()}
@@ -125,7 +136,7 @@ class Worker(ConsumerHost):
             raise RuntimeError("register handlers before the worker runs")
         if result_codec is None and options.keep_results is not None:
             result_codec = JsonValueCodec()
-        reg = Registration(queue, handler, codec, options, queue_options, result_codec)
+        reg = Registration(queue, handler, codec, options, queue_options, result_codec, recurring)
         self._registrations[queue] = reg
         return reg
 
@@ -137,6 +148,7 @@ class Worker(ConsumerHost):
         *,
         queue_options: QueueOptions | None = None,
         result_codec: Codec[Any] | None = None,
+        recurring: RecurringOptions | None = None,
     ) -> Callable[[Handler], Handler]:
         """Decorator form of :meth:`register` (the codec and options are checked here, before
         the function is seen)."""
@@ -148,7 +160,13 @@ class Worker(ConsumerHost):
 
         def decorate(fn: Handler) -> Handler:
             self.register(
-                queue, fn, codec, options, queue_options=queue_options, result_codec=result_codec
+                queue,
+                fn,
+                codec,
+                options,
+                queue_options=queue_options,
+                result_codec=result_codec,
+                recurring=recurring,
             )
             return fn
 
@@ -212,6 +230,8 @@ class Worker(ConsumerHost):
             if reg.queue_options is not None:
                 io = client.settings.command_timeout + 1
                 extra.append(ChildSpec("promoter", run_promoter, rt, shutdown=io))
+            if reg.recurring is not None:
+                extra.append(self._ticker(client, reg))
             queue_sups.append(consumer_supervisor(f"queue:{reg.queue}", rt, before_reader=extra))
         return self._root(queue_sups)
 
@@ -229,6 +249,26 @@ class Worker(ConsumerHost):
         stops instead of replaying acknowledged jobs).
         """
         await self._run_tree(self.build(client), task_status)
+
+    def _ticker(self, client: RedisClient, reg: Registration) -> ChildSpec:
+        assert reg.recurring is not None
+        scheduler = RecurringScheduler(client, reg.queue, reg.codec, clock=reg.recurring.clock)
+        stats = self._ticker_stats[reg.queue] = TickerStatistics()
+        return ChildSpec(
+            "ticker",
+            run_ticker,
+            reg.queue,
+            scheduler,
+            reg.recurring.poll_ms,
+            reg.recurring.max_ticks_per_pass,
+            stats,
+            shutdown=client.settings.command_timeout + 1,
+        )
+
+    def ticker_statistics(self, queue: str) -> TickerStatistics:
+        """Counters of ``queue``'s recurring ticker (passes, failed passes, enqueued ticks,
+        stale ticks); only for a registration with ``recurring=``, after :meth:`build`."""
+        return self._ticker_stats[queue]
 
     def in_flight(self, queue: str) -> int:
         """How many of ``queue``'s deliveries this process holds now: admitted and not yet

@@ -1,0 +1,111 @@
+"""The recurring ticker: runs bounded scheduling passes of one queue's recurring schedules.
+
+Each pass asks the scheduler (``TickingScheduler``, implemented by
+``respire_actors.jobs.recurring.RecurringScheduler``) to visit at most ``max_ticks`` schedules
+round-robin and commit their due ticks. Between passes the ticker sleeps on the scheduler's
+clock, so a test clock (:class:`respire_actors.testing.FakeClock`) wakes it without real
+sleeping: until the earliest next due time the pass saw, but never longer than the poll
+interval (schedules added or changed by other clients are found by then). After a pass that
+left a catch-up backlog it also waits the poll interval, so a backlog reaches the ready stream
+at a bounded rate. A failed pass (Redis unreachable, a refused script, a malformed definition)
+is logged and retried after the poll interval; it never crashes the tree.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol, runtime_checkable
+
+import anyio
+import anyio.abc
+
+from supervisors import current_child
+
+from ..clock import Clock
+
+log = logging.getLogger("respire_actors.worker")
+
+DEFAULT_MAX_TICKS = 64
+MAX_TICKS_PER_PASS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class TickPass:
+    """What one scheduling pass did.
+
+    ``visited``: schedules looked at (the budget counts them, due or not). ``enqueued``: ticks
+    committed. ``stale``: ticks another scheduler (or an upsert/removal) got to first.
+    ``backlog``: schedules still due after their tick (catch-up). ``next_due``: the earliest due
+    time among the visited schedules after the pass, None when none is due again.
+    """
+
+    visited: int = 0
+    enqueued: int = 0
+    stale: int = 0
+    backlog: int = 0
+    next_due: datetime | None = None
+
+
+@runtime_checkable
+class TickingScheduler(Protocol):
+    """What the ticker needs from a recurring scheduler."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    async def run_pass(self, max_ticks: int) -> TickPass: ...
+
+
+@dataclass(slots=True)
+class TickerStatistics:
+    """Counters of one queue's hosted ticker (read with ``Worker.ticker_statistics``)."""
+
+    passes: int = 0
+    failed_passes: int = 0
+    enqueued: int = 0
+    stale: int = 0
+
+
+def next_wake(started: datetime, result: TickPass | None, poll: timedelta) -> datetime:
+    """When to run the next pass (pure): ``poll`` after the start of this one, earlier when a
+    visited schedule falls due before that; never earlier after a failure or with a backlog."""
+    wake = started + poll
+    if result is not None and not result.backlog and result.next_due is not None:
+        wake = min(wake, result.next_due)
+    return wake
+
+
+async def run_ticker(
+    queue: str,
+    scheduler: TickingScheduler,
+    poll_ms: int,
+    max_ticks: int,
+    stats: TickerStatistics,
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    ctx = current_child()
+    clock = scheduler.clock
+    poll = timedelta(milliseconds=poll_ms)
+    task_status.started()
+    while not ctx.stop_requested:
+        started = clock.now()
+        result: TickPass | None = None
+        try:
+            # a pass is two round trips; finishing it keeps the counters honest at shutdown
+            with anyio.CancelScope(shield=True):
+                done = await scheduler.run_pass(max_ticks)
+        except Exception as exc:  # a failed pass must never crash the tree
+            stats.failed_passes += 1
+            log.warning(
+                "recurring pass for %s failed: %s; retrying in %.2fs", queue, exc, poll_ms / 1000
+            )
+        else:
+            result = done
+            stats.passes += 1
+            stats.enqueued += done.enqueued
+            stats.stale += done.stale
+        with ctx.stop_scope():
+            await clock.sleep_until(next_wake(started, result, poll))
