@@ -95,10 +95,12 @@ async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
             rt.stats.expired += 1
         elif c.kind == "retry":
             rt.stats.retried += 1
+        elif c.kind == "release":
+            rt.stats.group_releases += 1
     return [max(0, s) for s in statuses]
 
 
-_KINDS = frozenset({"ack", "dead", "expired", "retry"})
+_KINDS = frozenset({"ack", "dead", "expired", "retry", "release"})
 
 
 def _malformed(c: Completion) -> str:

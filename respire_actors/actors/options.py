@@ -65,6 +65,8 @@ def validate_recreate_missing_group(value: object) -> str:
             f"'1700000000000-0', got {value!r}"
         )
     return value
+
+
 def visibility_ms(value: timedelta | float | int, *, what: str = "visibility_timeout") -> int:
     """:func:`duration_ms` for a visibility timeout: at least :data:`MIN_VISIBILITY_MS`."""
     ms = duration_ms(value, what=what)

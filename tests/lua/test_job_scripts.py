@@ -23,6 +23,23 @@ pytestmark = pytest.mark.anyio
 
 ENQUEUE = load("job_enqueue")
 COMPLETE = load("job_complete")
+
+
+def CLAIM_GROUP_KEYS(keys: JobQueueKeys) -> tuple[str, ...]:  # noqa: N802
+    return (keys.group_policy, keys.group_owners, keys.group_leases, keys.group_parked)
+
+
+def RETRY_KEYS(keys: JobQueueKeys) -> tuple[str, ...]:  # noqa: N802
+    return (
+        keys.ready,
+        keys.scheduled,
+        keys.due,
+        keys.group_jobs,
+        keys.group_order,
+        keys.group_leases,
+        keys.group_owners,
+        keys.group_parked,
+    )
 READ = load("job_read")
 PROGRESS = load("job_progress")
 LOG = load("job_log")
@@ -65,7 +82,7 @@ async def complete(
     args: list[Any] = [GROUP, consumer, len(outcomes)]
     for outcome in outcomes:
         args += list(outcome)
-    reply = await COMPLETE(client, (keys.ready, keys.events, keys.dead), args)
+    reply = await COMPLETE(client, (keys.ready, keys.events, keys.dead, *keys.lease_keys), args)
     return [int(x) for x in reply]
 
 
@@ -245,7 +262,7 @@ async def test_complete_refuses_a_malformed_batch(
 ) -> None:
     (entry,) = await delivered(client, keys, "a")
     with pytest.raises(ScriptError) as caught:
-        await COMPLETE(client, (keys.ready, keys.events, keys.dead), args)
+        await COMPLETE(client, (keys.ready, keys.events, keys.dead, *keys.lease_keys), args)
     assert caught.value.code == "RESPIRE_ARGUMENT"
     assert await pending(client, keys) == [(entry, "c1", 1)]
     assert await client.execute("EXISTS", keys.events, keys.dead) == 0
@@ -458,7 +475,7 @@ async def claim(
 ) -> Any:
     return await CLAIM(
         client,
-        (keys.ready, keys.control, keys.events, keys.dead),
+        (keys.ready, keys.control, keys.events, keys.dead, *CLAIM_GROUP_KEYS(keys)),
         (GROUP, consumer, mode, min_idle, cursor, count, limit),
     )
 
@@ -594,7 +611,7 @@ async def test_claim_acknowledges_expired_entries(client: RedisClient, keys: Job
     await client.execute("XREADGROUP", "GROUP", GROUP, "c1", "COUNT", 5, "STREAMS", keys.ready, ">")
     reply = await CLAIM(
         client,
-        (keys.ready, keys.control, keys.events, keys.dead),
+        (keys.ready, keys.control, keys.events, keys.dead, *CLAIM_GROUP_KEYS(keys)),
         (GROUP, "c2", "recover", 0, "0-0", 10, 5),
     )
     assert s(reply[0]) == "ok" and reply[2] == [] and int(reply[5]) == 1
@@ -614,7 +631,7 @@ async def test_read_and_claim_report_limited_before_claiming(
     assert s(limited[0]) == "limited" and int(limited[1]) > 0
     claim = await CLAIM(
         client,
-        (keys.ready, keys.control, keys.events, keys.dead),
+        (keys.ready, keys.control, keys.events, keys.dead, *CLAIM_GROUP_KEYS(keys)),
         (GROUP, "c2", "recover", 0, "0-0", 10, 5),
     )
     assert s(claim[0]) == "limited"
@@ -657,7 +674,7 @@ async def test_retry_refuses_malformed_batches(client: RedisClient, keys: JobQue
         (GROUP, "c1", "ack", 1, "1-0", 1, -5),
     ):
         with pytest.raises(ScriptError):
-            await RETRY(client, (keys.ready, keys.scheduled, keys.due), args)
+            await RETRY(client, RETRY_KEYS(keys), args)
     assert await client.execute("EXISTS", keys.scheduled, keys.due) == 0
 
 
@@ -671,7 +688,7 @@ async def test_promote_then_retry_preserves_the_envelope(
     await create_group(client, keys)
     ((entry, fields),) = (await read(client, keys, "c1"))[1]
     reply = await RETRY(
-        client, (keys.ready, keys.scheduled, keys.due), (GROUP, "c1", "delete", 1, entry, 1, 0)
+        client, RETRY_KEYS(keys), (GROUP, "c1", "delete", 1, entry, 1, 0)
     )
     assert [int(x) for x in reply] == [1]
     assert await xlen(client, keys.ready) == 0  # "delete": XACK + XDEL here (no XACKDEL)
@@ -750,7 +767,7 @@ async def finish(
 ) -> int:
     reply = await FINISH(
         client,
-        (keys.ready, keys.events, keys.dead, keys.result(job_id)),
+        (keys.ready, keys.events, keys.dead, keys.result(job_id), *keys.lease_keys),
         (GROUP, consumer, entry, attempt, kind, reason, job_id, detail, keep, state, result, mode),
     )
     return int(reply)

@@ -4,6 +4,10 @@
 -- KEYS[2]  control hash
 -- KEYS[3]  events stream
 -- KEYS[4]  dead-letter stream
+-- KEYS[5]  group policy (:group-policy)
+-- KEYS[6]  lease owners (:group-owners)
+-- KEYS[7]  concurrency leases (:group-leases)
+-- KEYS[8]  parked groups (:group-parked)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer name
 -- ARGV[3]  mode: 'recover' (XAUTOCLAIM entries idle for at least ARGV[4] ms, from cursor ARGV[5])
@@ -29,13 +33,22 @@
 -- passed are acknowledged without event or dead letter and not returned. Only returned entries
 -- use rate permits. PEL references to deleted bodies are cleared and counted. next_cursor '0-0'
 -- means the pass is complete.
+-- Grouped jobs (_respire.job.group): the group's pause, concurrency limit and GCRA rate apply
+-- to recovery and replay admissions too, checked before the entry is claimed. A blocked
+-- entry is left as it is (not claimed, no attempt counted); in replay mode the pass ends there
+-- (startup replay yields on a blocked group; recovery revisits it at its cadence). An admitted
+-- grouped entry gets a new lease for its new attempt, replacing the old attempt's lease, so a
+-- stale release of the old attempt frees nothing. Entries dead-lettered or expired here drop
+-- their lease.
 -- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM (before anything is claimed).
 --!include lib/preflight.lua
 --!include lib/fence.lua
 --!include lib/claim.lua
 --!include lib/dead_letter.lua
+--!include lib/group_lease.lua
 
 local ready, control, events, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local policy, owners, leases, parked = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local group, consumer, mode = ARGV[1], ARGV[2], ARGV[3]
 local min_idle, cursor, count = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
 local limit = tonumber(ARGV[7])
@@ -57,45 +70,89 @@ if status == 'limited' then
   return {'limited', allowed}
 end
 count = allowed
+local probes = respire_admit_probes(respire_ack_probes(
+  {{'XADD', events, '*', 'f', 'v'}, {'XADD', dead, '*', 'f', 'v'},
+   {'XCLAIM', ready, group, consumer, '0', '0-1'}, {'HSET', policy, 'f', 'v'}},
+  ready, group, ack_mode), control, window)
 local err = respire_preflight(
-  {{ready, 'stream'}, {events, 'stream'}, {dead, 'stream'}},
-  respire_admit_probes(respire_ack_probes(
-    {{'XADD', events, '*', 'f', 'v'}, {'XADD', dead, '*', 'f', 'v'}}, ready, group, ack_mode),
-    control, window))
+  {{ready, 'stream'}, {events, 'stream'}, {dead, 'stream'}, {policy, 'hash'}, {owners, 'hash'},
+   {leases, 'zset'}, {parked, 'zset'}},
+  respire_lease_probes(probes, leases, owners, parked))
 if err then return err end
+if redis.call('EXISTS', ready) == 0 then return {'ok', '0-0', {}, 0, 0, 0} end
 
-local entries, next_cursor, deleted =
-  respire_claim_page(ready, group, consumer, mode, min_idle, cursor, count)
+-- The candidates, read without claiming: admission of grouped entries precedes their claim.
+local rows
+local next_cursor = '0-0'
+if mode == 'recover' then
+  local start = cursor
+  if start == '0-0' then start = '-' end
+  rows = redis.call('XPENDING', ready, group, 'IDLE', min_idle, start, '+', count)
+else
+  local start = '-'
+  if cursor ~= '0-0' then start = '(' .. cursor end
+  rows = redis.call('XPENDING', ready, group, start, '+', count, consumer)
+end
+if #rows == count then
+  local last = rows[#rows][1]
+  if mode == 'recover' then
+    local ms, seq = string.match(last, '^(%d+)-(%d+)$')
+    next_cursor = ms .. '-' .. string.format('%d', tonumber(seq) + 1)
+  else
+    next_cursor = last
+  end
+end
 
-local claimed, dead_count, expired = {}, 0, 0
+local claimed, dead_count, expired, deleted = {}, 0, 0, 0
 local now_ms = nil
 local function now()
   if not now_ms then now_ms = respire_now_ms() end
   return now_ms
 end
-for _, entry in ipairs(entries) do
-  local id, fields = entry[1], entry[2]
-  if fields and respire_expired(fields, now) then
-    respire_ack(ready, group, ack_mode, id)
-    expired = expired + 1
-  elseif fields then
-    local row = redis.call('XPENDING', ready, group, id, id, 1)[1]
-    local deliveries = tonumber(row[4])
-    -- This claim counted a delivery no handler will get: the handlers got one fewer.
-    local handled = deliveries - 1
-    local prior = tonumber(respire_field(fields, '_respire.job.attempts') or '0') or 0
-    if limit > 0 and prior + handled >= limit then
+local claim_idle = 0
+if mode == 'recover' then claim_idle = min_idle end
+for _, row in ipairs(rows) do
+  local id, handled = row[1], tonumber(row[4])
+  local fields = respire_entry(ready, id)
+  local g = fields and respire_field(fields, '_respire.job.group')
+  local prior = tonumber(respire_field(fields, '_respire.job.attempts') or '0') or 0
+  local finishing = not fields or respire_expired(fields, now)
+                    or (limit > 0 and prior + handled >= limit)
+  local p, reason, tat = nil, nil, nil
+  if g and not finishing then
+    p = respire_group_policy(policy, g)
+    reason, tat = respire_group_check(p, policy, leases, owners, g, now(), id)
+  end
+  if reason then
+    if mode == 'replay' then
+      next_cursor = '0-0'  -- yield on a blocked group
+      break
+    end
+  else
+    local got = redis.call('XCLAIM', ready, group, consumer, claim_idle, id)
+    local entry = got[1]
+    if not fields or not entry or not entry[2] then
+      if not fields then
+        -- a PEL reference to a deleted body: clear it
+        redis.call('XACK', ready, group, id)
+        deleted = deleted + 1
+      end
+    elseif respire_expired(fields, now) then
+      respire_ack(ready, group, ack_mode, id)
+      if g then respire_group_drop(leases, owners, g, id); respire_group_nudge(parked, g) end
+      expired = expired + 1
+    elseif limit > 0 and prior + handled >= limit then
       local job_id = respire_field(fields, '_respire.job.id') or ''
       respire_dead_letter(dead, fields, nil, id, handled, 'delivery-limit', consumer)
       redis.call('XADD', events, '*', 'kind', 'dead-letter', 'job_id', job_id, 'entry_id', id,
                  'attempt', tostring(handled), 'reason', 'delivery-limit')
       respire_ack(ready, group, ack_mode, id)
+      if g then respire_group_drop(leases, owners, g, id); respire_group_nudge(parked, g) end
       dead_count = dead_count + 1
     else
-      claimed[#claimed + 1] = {id, fields, deliveries}
+      if g then respire_group_take(policy, leases, owners, g, id, consumer, handled + 1, now(), p, tat) end
+      claimed[#claimed + 1] = {id, fields, handled + 1}
     end
-  else
-    deleted = deleted + 1
   end
 end
 respire_admit_commit(control, window, #claimed)
