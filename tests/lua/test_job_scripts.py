@@ -25,11 +25,11 @@ ENQUEUE = load("job_enqueue")
 COMPLETE = load("job_complete")
 
 
-def CLAIM_GROUP_KEYS(keys: JobQueueKeys) -> tuple[str, ...]:  # noqa: N802
+def CLAIM_GROUP_KEYS(keys: JobQueueKeys) -> tuple[str, ...]:
     return (keys.group_policy, keys.group_owners, keys.group_leases, keys.group_parked)
 
 
-def RETRY_KEYS(keys: JobQueueKeys) -> tuple[str, ...]:  # noqa: N802
+def RETRY_KEYS(keys: JobQueueKeys) -> tuple[str, ...]:
     return (
         keys.ready,
         keys.scheduled,
@@ -40,6 +40,8 @@ def RETRY_KEYS(keys: JobQueueKeys) -> tuple[str, ...]:  # noqa: N802
         keys.group_owners,
         keys.group_parked,
     )
+
+
 READ = load("job_read")
 PROGRESS = load("job_progress")
 LOG = load("job_log")
@@ -687,9 +689,7 @@ async def test_promote_then_retry_preserves_the_envelope(
     ] == [1, 0, 0]
     await create_group(client, keys)
     ((entry, fields),) = (await read(client, keys, "c1"))[1]
-    reply = await RETRY(
-        client, RETRY_KEYS(keys), (GROUP, "c1", "delete", 1, entry, 1, 0)
-    )
+    reply = await RETRY(client, RETRY_KEYS(keys), (GROUP, "c1", "delete", 1, entry, 1, 0))
     assert [int(x) for x in reply] == [1]
     assert await xlen(client, keys.ready) == 0  # "delete": XACK + XDEL here (no XACKDEL)
     ((_, staged),) = await client.execute("XRANGE", keys.scheduled, "-", "+")
@@ -744,6 +744,8 @@ async def test_job_group_checks_arguments_and_types(
     with pytest.raises(WrongKeyType):
         await group_call(client, keys, "start")
     assert await client.execute("EXISTS", keys.ready) == 0
+
+
 # -- job_finish (an outcome with its retained record) --------------------------------------------
 
 FINISH = load("job_finish")
