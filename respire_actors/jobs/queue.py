@@ -197,7 +197,14 @@ class JobQueue(Generic[T]):
         if options.group is not None:
             k = self.keys
             return _Prepared(
-                (k.scheduled, k.dedup(job_id), k.group_jobs, k.group_order, k.group_parked),
+                (
+                    k.scheduled,
+                    k.dedup(job_id),
+                    k.group_jobs,
+                    k.group_order,
+                    k.group_parked,
+                    k.group_policy,
+                ),
                 (*timing, options.group, *fields),
                 _SCHEDULE_GROUP,
             )

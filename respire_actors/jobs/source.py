@@ -232,6 +232,7 @@ class JobSource:
                     k.group_leases,
                     k.group_owners,
                     k.group_parked,
+                    k.group_policy,
                 ),
                 rargs,
             )

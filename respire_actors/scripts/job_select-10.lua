@@ -79,6 +79,7 @@ probes[#probes + 1] = {'ZREM', jobs, 'm'}
 probes[#probes + 1] = {'SET', cursor_key, 'v'}
 probes[#probes + 1] = {'HSET', policy, 'f', 'v'}
 probes[#probes + 1] = {'HDEL', policy, 'f'}
+probes[#probes + 1] = {'HINCRBY', policy, 'f', '1'}
 probes[#probes + 1] = {'ZREM', parked, 'm'}
 local err = respire_preflight(
   {{ready, 'stream'}, {scheduled, 'stream'}, {order, 'zset'}, {jobs, 'zset'},
@@ -125,7 +126,10 @@ local function visit(g, t)
   end
   local genc = respire_genc(g)
   local lo, hi = respire_grange(g)
-  local members = redis.call('ZRANGEBYLEX', jobs, lo, hi, 'LIMIT', 0, batch)
+  -- Only when some staged job of the group has a nonzero priority can a later candidate beat
+  -- the oldest due one: otherwise the visit reads a single member.
+  local prioritized = redis.call('HEXISTS', policy, 'q' .. g) == 1
+  local members = redis.call('ZRANGEBYLEX', jobs, lo, hi, 'LIMIT', 0, prioritized and batch or 1)
   if #members == 0 then
     redis.call('ZREM', order, g)  -- empty groups leave the rotation
     return nil
@@ -141,6 +145,7 @@ local function visit(g, t)
   end
   if not best then return nil end  -- a delayed group consumes the visit
   redis.call('ZREM', jobs, best.m)
+  respire_prio_count(policy, g, best.prio, -1)
   local fields = respire_entry(scheduled, best.id)
   local delivered = nil
   if fields and not respire_expired(fields, now) then
@@ -154,7 +159,7 @@ local function visit(g, t)
     respire_group_take(policy, leases, owners, g, new_id, consumer, 1, t, p, extra)
   end
   if fields then redis.call('XDEL', scheduled, best.id) end
-  if #members == 1 and not respire_group_has_jobs(jobs, g) then redis.call('ZREM', order, g) end
+  if not respire_group_has_jobs(jobs, g) then redis.call('ZREM', order, g) end
   return delivered
 end
 

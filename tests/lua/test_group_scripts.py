@@ -159,6 +159,8 @@ async def test_priority_within_a_visit_and_ordering(client: RedisClient, unique_
     assert [d.job_id for d in await take(src)] == ["mid"]
     assert [d.job_id for d in await take(src)] == ["low"]
     assert (await src.read("c1", 1, 0)).status == "empty"
+    # the count of prioritized staged jobs is back to none: visits read one member again
+    assert await client.execute("HEXISTS", src.keys.group_policy, "qg") == 0
 
 
 async def test_ungrouped_ready_work_precedes_groups(client: RedisClient, unique_name: str) -> None:
@@ -336,6 +338,7 @@ async def test_retry_keeps_the_group_and_releases_the_lease(
     (d,) = await take(src)
     assert await src.complete("c1", [Completion(d, "retry", "nack", 0)]) == [1]
     assert (await queue.get_group("a")).running == 0
+    assert await client.execute("HGET", src.keys.group_policy, "qa") == b"1"
     (again,) = await take(src)
     assert again.group == "a" and again.job_id == d.job_id and again.priority == 4
     assert again.prior_attempts == 1

@@ -39,6 +39,7 @@ def RETRY_KEYS(keys: JobQueueKeys) -> tuple[str, ...]:
         keys.group_leases,
         keys.group_owners,
         keys.group_parked,
+        keys.group_policy,
     )
 
 

@@ -10,7 +10,9 @@
 --                .. priority, so a group's members are ordered by due time, then staging id
 -- :group-cursor  string: the last group visited
 -- :group-policy  hash: 'p' .. group -> 'max|limit|window|lease|paused' ('' = unlimited);
---                't' .. group -> GCRA theoretical arrival time (ms); 'k' .. group -> why parked
+--                't' .. group -> GCRA theoretical arrival time (ms); 'k' .. group -> why parked;
+--                'q' .. group -> how many of its staged jobs have a nonzero priority (while 0,
+--                a visit only needs the group's oldest due member)
 -- :group-leases  zset (score 0): genc .. entry id, one per admitted grouped delivery
 -- :group-owners  hash: the same member -> attempt .. ':' .. expiry ms .. ':' .. consumer
 -- :group-parked  zset: parked groups scored by their wake deadline (RESPIRE_PAUSED_SCORE while
@@ -43,6 +45,15 @@ local function respire_parse_job_member(genc, m)
 end
 
 -- The group's policy: {max, limit, window, lease, paused}; nil limits mean unlimited.
+-- Counts a staged member of g with a nonzero priority in or out (delta +1 / -1).
+local function respire_prio_count(policy, g, priority, delta)
+  if priority ~= 0 then
+    if redis.call('HINCRBY', policy, 'q' .. g, delta) <= 0 then
+      redis.call('HDEL', policy, 'q' .. g)
+    end
+  end
+end
+
 local function respire_group_policy(policy, g)
   local raw = redis.call('HGET', policy, 'p' .. g)
   local p = {max = nil, limit = nil, window = nil, lease = RESPIRE_DEFAULT_LEASE, paused = false}

@@ -8,6 +8,7 @@
 -- KEYS[6]  concurrency leases (:group-leases)
 -- KEYS[7]  lease owners (:group-owners)
 -- KEYS[8]  parked groups (:group-parked)
+-- KEYS[9]  group policy (:group-policy; counts staged jobs with a nonzero priority)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer name
 -- ARGV[3]  acknowledgement: 'ack' (keep the body) or 'delete' (decided per call; lib/fence.lua)
@@ -34,6 +35,7 @@
 
 local ready, scheduled, due = KEYS[1], KEYS[2], KEYS[3]
 local jobs, order, leases, owners, parked = KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local policy = KEYS[9]
 local group, consumer = ARGV[1], ARGV[2]
 local n = tonumber(ARGV[4])
 if not n or n < 1 or #ARGV ~= 4 + n * 3 then
@@ -49,11 +51,12 @@ for i = 0, n - 1 do
 end
 local err = respire_preflight(
   {{ready, 'stream'}, {scheduled, 'stream'}, {due, 'zset'}, {jobs, 'zset'}, {order, 'zset'},
-   {leases, 'zset'}, {owners, 'hash'}, {parked, 'zset'}},
+   {leases, 'zset'}, {owners, 'hash'}, {parked, 'zset'}, {policy, 'hash'}},
   respire_lease_probes(
     respire_ack_probes({{'XADD', scheduled, '*', 'f', 'v'}, {'XDEL', scheduled, '0-1'},
                         {'ZADD', due, '0', 'm'}, {'ZREM', due, 'm'}, {'ZADD', jobs, '0', 'm'},
-                        {'ZREM', jobs, 'm'}, {'ZADD', order, '0', 'm'}}, ready, group, ack_mode),
+                        {'ZREM', jobs, 'm'}, {'ZADD', order, '0', 'm'},
+                        {'HINCRBY', policy, 'f', '1'}, {'HDEL', policy, 'f'}}, ready, group, ack_mode),
     leases, owners, parked))
 if err then return err end
 
@@ -70,7 +73,7 @@ for i = 0, n - 1 do
   else
     local due_at = now + delay
     local expires = tonumber(respire_field(fields, '_respire.job.expires_at') or '')
-    local staged, index, member = nil, due, nil
+    local staged, index, member, prio = nil, due, nil, 0
     local g = respire_field(fields, '_respire.job.group')
     if not (expires and expires > 0 and expires <= due_at) then
       local copy, prior = {}, 0
@@ -88,8 +91,8 @@ for i = 0, n - 1 do
       local ok, zErr
       if g then
         index = jobs
-        member = respire_job_member(g, due_at, staged,
-                                    tonumber(respire_field(fields, '_respire.job.priority') or '0') or 0)
+        prio = tonumber(respire_field(fields, '_respire.job.priority') or '0') or 0
+        member = respire_job_member(g, due_at, staged, prio)
         ok, zErr = pcall(function()
           redis.call('ZADD', jobs, 0, member)
           if not redis.call('ZSCORE', parked, g) then redis.call('ZADD', order, 0, g) end
@@ -114,7 +117,10 @@ for i = 0, n - 1 do
       return redis.error_reply('RESPIRE_RETRY acknowledging ' .. entry .. ' failed after ' ..
                                table.concat(statuses, ',') .. ': ' .. tostring(ackErr))
     end
-    if g then respire_group_release(leases, owners, parked, g, entry, consumer, attempt) end
+    if g then
+      if staged then respire_prio_count(policy, g, prio, 1) end
+      respire_group_release(leases, owners, parked, g, entry, consumer, attempt)
+    end
     if staged then statuses[#statuses + 1] = 1 else statuses[#statuses + 1] = 2 end
   end
 end

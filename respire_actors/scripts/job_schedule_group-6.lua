@@ -6,6 +6,7 @@
 -- KEYS[3]  staged grouped jobs (:group-jobs, see lib/group_lease.lua)
 -- KEYS[4]  group rotation (:group-order)
 -- KEYS[5]  parked groups (:group-parked)
+-- KEYS[6]  group policy (:group-policy; counts staged jobs with a nonzero priority)
 -- ARGV[1]  deduplication window in milliseconds (1 .. 2^31-1)
 -- ARGV[2]  delay in milliseconds (0 .. 2^31-1), counted from the server clock (TIME)
 -- ARGV[3]  priority (integer, -2^31 .. 2^31-1; higher is selected first within a group visit)
@@ -27,6 +28,7 @@
 --!include lib/group_lease.lua
 
 local scheduled, dedup, jobs, order, parked = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local policy = KEYS[6]
 local window, delay = tonumber(ARGV[1]), tonumber(ARGV[2])
 local priority, ttl, g = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local max = 2147483647
@@ -48,9 +50,11 @@ end
 local existing = redis.call('GET', dedup)
 if existing then return {existing, 0} end
 local err = respire_preflight(
-  {{scheduled, 'stream'}, {dedup, 'string'}, {jobs, 'zset'}, {order, 'zset'}, {parked, 'zset'}},
+  {{scheduled, 'stream'}, {dedup, 'string'}, {jobs, 'zset'}, {order, 'zset'}, {parked, 'zset'},
+   {policy, 'hash'}},
   {{'XADD', scheduled, '*', 'f', 'v'}, {'XDEL', scheduled, '0-1'}, {'ZADD', jobs, '0', 'm'},
-   {'ZREM', jobs, 'm'}, {'ZADD', order, '0', 'm'}, {'SET', dedup, 'v', 'PX', '1'}})
+   {'ZREM', jobs, 'm'}, {'ZADD', order, '0', 'm'}, {'SET', dedup, 'v', 'PX', '1'},
+   {'HINCRBY', policy, 'f', '1'}, {'HDEL', policy, 'f'}})
 if err then return err end
 local now = respire_now_ms()
 local fields = {}
@@ -80,4 +84,5 @@ if not set_ok then
   redis.call('XDEL', scheduled, id)
   return redis.error_reply('RESPIRE_DEDUP recording the deduplication key failed: ' .. tostring(setErr))
 end
+respire_prio_count(policy, g, priority, 1)
 return {id, 1}
