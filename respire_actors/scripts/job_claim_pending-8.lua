@@ -10,7 +10,8 @@
 -- KEYS[8]  parked groups (:group-parked)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer name
--- ARGV[3]  mode: 'recover' (XAUTOCLAIM entries idle for at least ARGV[4] ms, from cursor ARGV[5])
+-- ARGV[3]  mode: 'recover' (claim entries idle for at least ARGV[4] ms, from cursor ARGV[5];
+--          XPENDING IDLE then XCLAIM per admitted entry)
 --          or 'replay' (re-claim this consumer's own pending entries after ARGV[5])
 -- ARGV[4]  minimum idle time in ms (recover mode)
 -- ARGV[5]  cursor (an entry id; '0-0' to start)
