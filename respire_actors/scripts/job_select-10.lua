@@ -37,7 +37,9 @@
 -- {'ok', entries, expired_count, pace_ms, visits} (entries may be empty when the visit budget
 -- ran out: read again); {'empty', last_ready_id, last_staged_id, wake_ms} where wake_ms is how
 -- long until a delayed or parked group may have work (-1: nothing known).
--- Errors: NOGROUP; RESPIRE_ARGUMENT; RESPIRE_WRONGTYPE / RESPIRE_NOPERM before any write.
+-- Errors: NOGROUP; RESPIRE_ARGUMENT; RESPIRE_WRONGTYPE / RESPIRE_NOPERM before any write;
+-- RESPIRE_SELECT when delivering a selected job still fails (its append is undone and it stays
+-- staged; selections made earlier in the call stay delivered and are recovered as pending).
 --!include lib/preflight.lua
 --!include lib/fence.lua
 --!include lib/group_lease.lua
@@ -144,20 +146,37 @@ local function visit(g, t)
     if not best or prio > best.prio then best = {m = m, id = id, prio = prio} end
   end
   if not best then return nil end  -- a delayed group consumes the visit
-  redis.call('ZREM', jobs, best.m)
-  respire_prio_count(policy, g, best.prio, -1)
   local fields = respire_entry(scheduled, best.id)
   local delivered = nil
   if fields and not respire_expired(fields, now) then
     local new_id = redis.call('XADD', ready, '*', unpack(fields))
-    local got = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', 1,
-                           'STREAMS', ready, '>')
-    delivered = got[1][2][1]
-    if delivered[1] ~= new_id then
-      return redis.error_reply('RESPIRE_SELECT an unread ready entry preceded ' .. new_id)
+    -- Unread entries were drained above, so the new entry is the only one XREADGROUP can
+    -- return. Should delivery or the lease still fail, the append is undone and the job stays
+    -- staged, untouched.
+    local ok, got = pcall(redis.call, 'XREADGROUP', 'GROUP', group, consumer, 'COUNT', 1,
+                          'STREAMS', ready, '>')
+    local problem = nil
+    if not ok then
+      problem = tostring(got)
+    else
+      delivered = got and got[1] and got[1][2][1]
+      if not delivered or delivered[1] ~= new_id then
+        problem = 'another unread entry preceded ' .. new_id
+      else
+        local took, terr = pcall(respire_group_take, policy, leases, owners, g, new_id, consumer,
+                                 1, t, p, extra)
+        if not took then problem = tostring(terr) end
+      end
     end
-    respire_group_take(policy, leases, owners, g, new_id, consumer, 1, t, p, extra)
+    if problem then
+      pcall(redis.call, 'XACK', ready, group, new_id)
+      redis.call('XDEL', ready, new_id)
+      pcall(respire_group_drop, leases, owners, g, new_id)
+      return redis.error_reply('RESPIRE_SELECT delivering a grouped job failed: ' .. problem)
+    end
   end
+  redis.call('ZREM', jobs, best.m)
+  respire_prio_count(policy, g, best.prio, -1)
   if fields then redis.call('XDEL', scheduled, best.id) end
   if not respire_group_has_jobs(jobs, g) then redis.call('ZREM', order, g) end
   return delivered

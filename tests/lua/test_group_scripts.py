@@ -378,3 +378,64 @@ async def test_inspection_lists_pages_and_idle_policy_groups(
     assert idle.known and idle.staged == 0 and idle.options.max_concurrency == 3
     assert idle.options.lease_duration == timedelta(seconds=5)
     assert not (await queue.get_group("never")).known
+
+
+async def test_grouped_jobs_on_a_cluster(cluster_client: RedisClient, unique_name: str) -> None:
+    """Every group key shares the queue's hash tag: staging, selection, controls, completion
+    and inspection all run on a 3-master cluster."""
+    queue = JobQueue(cluster_client, unique_name, StrCodec())
+    await queue.set_group_options("t{1}", max_concurrency=1)
+    await stage(queue, "t{1}", 2)
+    await stage(queue, "t{2}", 1)
+    src = source(cluster_client, unique_name)
+    await src.ensure_group("fail")
+    got = await take(src, count=3)
+    assert sorted(d.group or "" for d in got) == ["t{1}", "t{2}"]
+    assert await src.complete("c1", [Completion(d, "ack") for d in got]) == [1, 1]
+    assert [d.group for d in await take(src, count=3)] == ["t{1}"]
+    assert (await queue.list_groups()).groups == []
+
+
+async def test_renew_extends_only_the_owners_lease(client: RedisClient, unique_name: str) -> None:
+    queue = JobQueue(client, unique_name, StrCodec())
+    await queue.set_group_options("a", lease_duration=timedelta(seconds=5))
+    await stage(queue, "a", 1)
+    src = source(client, unique_name)
+    await src.ensure_group("fail")
+    (d,) = await take(src)
+    member = b"00000001a" + d.entry_id.encode()
+
+    async def expiry() -> int:
+        raw = await client.execute("HGET", src.keys.group_owners, member)
+        return int(raw.split(b":")[1])
+
+    before = await expiry()
+    await queue.set_group_options("a", lease_duration=timedelta(seconds=50))
+    assert await src.renew_group_leases("c1", [d]) == [1]
+    assert await expiry() >= before + 40_000  # the group's current lease duration
+    other = Delivery(d.entry_id, d.fields, 1)
+    assert await src.renew_group_leases("c2", [other]) == [0]
+    assert await src.renew_group_leases("c1", [Delivery(d.entry_id, d.fields, 2)]) == [0]
+    assert await src.complete("c1", [Completion(d, "ack")]) == [1]
+    assert await src.renew_group_leases("c1", [d]) == [0]  # released: lost
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("c1", "1-0", "1"), ("c1", "1-0", "x", "g"), ("c1", "1-0", "0", "g"), ("c1", "1-0", "1", "")],
+)
+async def test_renew_and_release_refuse_malformed_batches(
+    client: RedisClient, unique_name: str, args: tuple[str, ...]
+) -> None:
+    from respire_actors.errors import ScriptError
+    from respire_actors.redis.scripts import load
+
+    keys = JobQueueKeys(unique_name)
+    with pytest.raises(ScriptError):
+        await load("job_group_renew")(
+            client, (keys.group_leases, keys.group_owners, keys.group_policy), args
+        )
+    if args[2] != "0":
+        with pytest.raises(ScriptError):
+            await load("job_group_release")(client, keys.lease_keys, args)
+    assert await client.execute("KEYS", f"*{unique_name}*") == []
