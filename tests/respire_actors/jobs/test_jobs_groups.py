@@ -124,3 +124,35 @@ async def test_paused_group_waits_while_others_run_then_resumes(
 
         await wait_until_async(slow_done, timeout=10)
         await worker.stop()
+
+
+async def test_a_newly_staged_grouped_job_wakes_a_blocked_reader(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """The idle reader blocks on the ready stream and the staging stream: a grouped job staged
+    while it waits is selected at once, not after the (long) poll interval."""
+    done = anyio.Event()
+
+    async def handler(job: Any) -> None:
+        done.set()
+
+    worker = Worker()
+    worker.register(
+        queue.name,
+        handler,
+        StrCodec(),
+        fast_options(poll_interval=timedelta(seconds=20)),
+        queue_options=QueueOptions(scheduling_poll_interval=timedelta(seconds=20)),
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+
+        async def blocked() -> bool:
+            return worker.statistics(queue.name).read_calls >= 1
+
+        await wait_until_async(blocked, timeout=10)
+        await anyio.sleep(0.2)
+        await queue.enqueue_scheduled("late", "x", JobEnqueueOptions(group="g"))
+        with anyio.fail_after(5):
+            await done.wait()
+        await worker.stop()
