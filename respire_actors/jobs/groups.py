@@ -24,7 +24,7 @@ _ADMIN = load("job_group_admin")
 DEFAULT_LEASE = timedelta(seconds=60)
 MIN_LEASE_MS = 100
 
-ParkedReason = Literal["paused", "concurrency", "rate"]
+ParkedReason = Literal["paused", "concurrency", "rate", "delayed"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +68,9 @@ class GroupInfo:
 
     ``staged``: jobs waiting in the group's staged index (``due``: of those, due now);
     ``running``: live concurrency leases; ``parked``: why the group is outside the rotation
-    (None when it is not parked) and ``wake_at_ms`` the deadline (server unix ms) at which a
-    rate- or concurrency-parked group becomes eligible again; ``known`` is False when Redis
+    (None when it is not parked; ``delayed`` when none of its jobs was due at its last visit)
+    and ``wake_at_ms`` the deadline (server unix ms) at which a group parked for any reason but
+    a pause becomes eligible again; ``known`` is False when Redis
     holds nothing about the group at all.
     """
 
@@ -91,6 +92,9 @@ class GroupPage:
 
     groups: Sequence[GroupInfo]
     next_cursor: str | None
+
+
+_REASONS = ("paused", "concurrency", "rate", "delayed")
 
 
 def _s(value: Any) -> str:
@@ -119,8 +123,8 @@ def _info(name: str, reply: Sequence[Any]) -> GroupInfo:
         staged=int(staged),
         due=int(due),
         running=int(running),
-        parked=why if why in ("paused", "concurrency", "rate") else None,  # type: ignore[arg-type]
-        wake_at_ms=wake if wake >= 0 and why in ("concurrency", "rate") else None,
+        parked=why if why in _REASONS else None,  # type: ignore[arg-type]
+        wake_at_ms=wake if wake >= 0 and why in _REASONS and why != "paused" else None,
         known=int(known) == 1,
     )
 

@@ -95,7 +95,7 @@ for i = 0, n - 1 do
         member = respire_job_member(g, due_at, staged, prio)
         ok, zErr = pcall(function()
           redis.call('ZADD', jobs, 0, member)
-          if not redis.call('ZSCORE', parked, g) then redis.call('ZADD', order, 0, g) end
+          respire_group_staged(order, parked, g, due_at)
         end)
       else
         member = staged

@@ -17,7 +17,8 @@
 -- The staged entry gets _respire.job.group, _respire.job.priority and, with a TTL,
 -- _respire.job.expires_at. It is indexed in :group-jobs (not in :due: grouped jobs are only
 -- selected by a reader, one per group visit) and the group joins the rotation at its lexical
--- position unless it is parked.
+-- position unless it is parked (a parked group that is not paused is woken no later than the
+-- new job's due time).
 -- Returns {staging_id, 1} for a new job, {original_entry_id, 0} for a duplicate (nothing
 -- written).
 -- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM (nothing written); if indexing or
@@ -54,7 +55,7 @@ local err = respire_preflight(
    {policy, 'hash'}},
   {{'XADD', scheduled, '*', 'f', 'v'}, {'XDEL', scheduled, '0-1'}, {'ZADD', jobs, '0', 'm'},
    {'ZREM', jobs, 'm'}, {'ZADD', order, '0', 'm'}, {'SET', dedup, 'v', 'PX', '1'},
-   {'HINCRBY', policy, 'f', '1'}, {'HDEL', policy, 'f'}})
+   {'HINCRBY', policy, 'f', '1'}, {'HDEL', policy, 'f'}, {'ZADD', parked, '0', 'm'}})
 if err then return err end
 local now = respire_now_ms()
 local fields = {}
@@ -71,7 +72,7 @@ local id = redis.call('XADD', scheduled, '*', unpack(fields))
 local member = respire_job_member(g, now + delay, id, priority)
 local ok, zErr = pcall(function()
   redis.call('ZADD', jobs, 0, member)
-  if not redis.call('ZSCORE', parked, g) then redis.call('ZADD', order, 0, g) end
+  respire_group_staged(order, parked, g, now + delay)
 end)
 if not ok then
   redis.call('ZREM', jobs, member)

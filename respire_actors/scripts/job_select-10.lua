@@ -22,11 +22,12 @@
 -- Queue admission (pause, then the queue-wide rate limit) runs first, exactly as job_read: a
 -- denial returns before anything changes, so staged jobs and the cursor stay as they were.
 -- Unread ready entries (immediate jobs, promoted ungrouped jobs) are read first (FIFO
--- precedence). Permits left over go to group visits: a bounded wake pass returns parked groups
--- whose deadline passed to the rotation; then each visit takes the next group after the cursor
+-- precedence). Permits left over go to group visits: a bounded wake pass (at most ARGV[7]
+-- groups) returns parked groups whose deadline passed to the rotation; then each visit takes the next group after the cursor
 -- in byte order (wrapping) and moves the cursor to it. A paused, concurrency-limited or
 -- GCRA-limited group is parked (outside the rotation, with its reason and wake deadline);
--- a group with no due member (delayed) dispatches nothing; otherwise the highest priority
+-- a group with no due member (delayed) dispatches nothing and is parked until its earliest due
+-- time; otherwise the highest priority
 -- among the group's oldest ARGV[6] due members is taken (due time, then staging id, break
 -- ties). A missing or expired candidate is removed and consumes the turn. The chosen job is
 -- appended to the ready stream, read into this consumer's pending list (XREADGROUP: it is the
@@ -140,12 +141,17 @@ local function visit(g, t)
   for _, m in ipairs(members) do
     local due, id, prio = respire_parse_job_member(genc, m)
     if due > t then
-      if not best then hint(due) end
+      if not best then
+        -- a delayed group consumes the visit and waits outside the rotation until it is due,
+        -- so idle readers do not rescan groups that only hold future jobs
+        respire_park(order, parked, policy, g, 'delayed', due)
+        hint(due)
+      end
       break
     end
     if not best or prio > best.prio then best = {m = m, id = id, prio = prio} end
   end
-  if not best then return nil end  -- a delayed group consumes the visit
+  if not best then return nil end
   local fields = respire_entry(scheduled, best.id)
   local delivered = nil
   if fields and not respire_expired(fields, now) then
@@ -187,7 +193,7 @@ local exhausted = false
 local remaining = allowed - read
 if remaining > 0 and (redis.call('EXISTS', order) == 1 or redis.call('EXISTS', parked) == 1) then
   local t = now()
-  respire_wake(order, jobs, parked, policy, t, 16)
+  respire_wake(order, jobs, parked, policy, t, max_visits)
   local cursor = redis.call('GET', cursor_key)
   local lap = {}
   local selected = 0

@@ -192,7 +192,13 @@ async def test_delayed_and_expired_candidates_consume_their_turn(
     assert await client.execute("GET", keys.group_cursor) == b"c"
     empty = await src.read("c1", 1, 0)
     assert empty.status == "empty" and 0 < empty.wake_ms <= 3_600_000
-    assert await client.execute("ZRANGE", keys.group_order, 0, -1) == [b"a"]
+    # the delayed group waits outside the rotation until its job is due
+    assert await client.execute("ZRANGE", keys.group_order, 0, -1) == []
+    info = await queue.get_group("a")
+    assert info.parked == "delayed" and info.wake_at_ms is not None and info.due == 0
+    # a job of the delayed group that is due now wakes it at once
+    await stage(queue, "a", 1, prefix="now-")
+    assert [d.job_id for d in await take(src)] == ["now-a-0"]
 
 
 async def test_queue_pause_leaves_staged_jobs_and_cursor(
@@ -439,3 +445,25 @@ async def test_renew_and_release_refuse_malformed_batches(
         with pytest.raises(ScriptError):
             await load("job_group_release")(client, keys.lease_keys, args)
     assert await client.execute("KEYS", f"*{unique_name}*") == []
+
+
+async def test_groups_with_only_future_jobs_are_not_rescanned(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Delayed groups park until their earliest due time: an idle reader's reads stop visiting
+    them (no busy rescans of hundreds of groups that hold only future jobs)."""
+    queue = JobQueue(client, unique_name, StrCodec())
+    for i in range(100):
+        await stage(queue, f"g{i:03d}", 1, delay=timedelta(hours=1))
+    src = source(client, unique_name)
+    await src.ensure_group("fail")
+    first = await src.read("c1", 1, 0)
+    assert first.status == "ok" and first.deliveries == []  # 64 visits: read again
+    second = await src.read("c1", 1, 0)
+    assert second.status == "empty" and 0 < second.wake_ms <= 3_600_000
+    keys = src.keys
+    assert await client.execute("ZCARD", keys.group_order) == 0
+    assert await client.execute("ZCARD", keys.group_parked) == 100
+    cursor = await client.execute("GET", keys.group_cursor)
+    assert (await src.read("c1", 1, 0)).status == "empty"
+    assert await client.execute("GET", keys.group_cursor) == cursor  # no visit at all

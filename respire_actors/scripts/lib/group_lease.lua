@@ -15,8 +15,9 @@
 --                a visit only needs the group's oldest due member)
 -- :group-leases  zset (score 0): genc .. entry id, one per admitted grouped delivery
 -- :group-owners  hash: the same member -> attempt .. ':' .. expiry ms .. ':' .. consumer
--- :group-parked  zset: parked groups scored by their wake deadline (RESPIRE_PAUSED_SCORE while
---                paused: only resume wakes them)
+-- :group-parked  zset: parked groups (paused, at their concurrency limit, out of GCRA permits,
+--                or delayed: nothing due yet) scored by their wake deadline
+--                (RESPIRE_PAUSED_SCORE while paused: only resume wakes them)
 
 local RESPIRE_PAUSED_SCORE = 9007199254740991
 local RESPIRE_DEFAULT_LEASE = 60000
@@ -174,6 +175,17 @@ local function group_lease_renew(leases, owners, group, entry_id, consumer, atte
   redis.call('HSET', owners, m, string.format('%d:%d:', o.attempt, now_ms + lease_ms) .. consumer)
   redis.call('ZADD', leases, 0, m)
   return 1
+end
+
+-- A job of g staged or retried due at `due`: g joins the rotation, unless it is parked; a parked
+-- group (not paused) is woken no later than the new job's due time.
+local function respire_group_staged(order, parked, g, due)
+  local s = redis.call('ZSCORE', parked, g)
+  if not s then
+    redis.call('ZADD', order, 0, g)
+  elseif tonumber(s) < RESPIRE_PAUSED_SCORE and due < tonumber(s) then
+    redis.call('ZADD', parked, string.format('%d', due), g)
+  end
 end
 
 local function respire_park(order, parked, policy, g, reason, deadline)
