@@ -15,6 +15,15 @@ Job queue ``email`` (prefix ``P``)::
     P{respire-job:email}:scheduled        staging stream of delayed jobs and durable retries
     P{respire-job:email}:due              due-time index of the staging stream
     P{respire-job:email}:result:<sha256>  retained outcome record of one job id (keep_results)
+    P{respire-job:email}:ready:group-order    rotation of application groups with staged jobs
+    P{respire-job:email}:ready:group-jobs     staged grouped jobs (encoded group + due + id)
+    P{respire-job:email}:ready:group-cursor   the last group visited (shared rotation cursor)
+    P{respire-job:email}:ready:group-policy   group policy, pause flag, GCRA state, park reason
+    P{respire-job:email}:ready:group-owners   owner (attempt, expiry, consumer) of each lease
+    P{respire-job:email}:ready:group-leases   concurrency leases (encoded group + entry id)
+    P{respire-job:email}:ready:group-parked   parked groups scored by their wake deadline
+
+Application group names never appear in a key: they are encoded into members and fields.
 
 Reliable queue ``orders``::
 
@@ -115,6 +124,39 @@ class JobQueueKeys:
     @property
     def due(self) -> str:
         return f"{self.base}:due"
+
+    @property
+    def group_order(self) -> str:
+        return f"{self.ready}:group-order"
+
+    @property
+    def group_jobs(self) -> str:
+        return f"{self.ready}:group-jobs"
+
+    @property
+    def group_cursor(self) -> str:
+        return f"{self.ready}:group-cursor"
+
+    @property
+    def group_policy(self) -> str:
+        return f"{self.ready}:group-policy"
+
+    @property
+    def group_owners(self) -> str:
+        return f"{self.ready}:group-owners"
+
+    @property
+    def group_leases(self) -> str:
+        return f"{self.ready}:group-leases"
+
+    @property
+    def group_parked(self) -> str:
+        return f"{self.ready}:group-parked"
+
+    @property
+    def lease_keys(self) -> tuple[str, str, str]:
+        """The keys a lease release needs: leases, owners, parked (in that order)."""
+        return (self.group_leases, self.group_owners, self.group_parked)
 
     def dedup(self, job_id: str) -> str:
         return f"{self.base}:dedup:{digest(job_id)}"

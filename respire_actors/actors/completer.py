@@ -32,7 +32,8 @@ async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
     """Commit one batch (retrying transient failures); returns per completion 1 committed,
     0 stale (or refused, see below), 2 (a retry) acknowledged as expired instead of staged.
     A source may report -1 for a completion the server refused on its own (the others
-    committed): it counts as refused.
+    committed): it counts as refused. A ``release`` (a grouped delivery that failed and stays
+    pending gives back its group lease) reports 1 released or 0 not held.
 
     One bad completion must not cost the others. Completions that cannot be sent at all
     (malformed fields) are set aside before anything is sent. When the server refuses a batch
@@ -86,7 +87,8 @@ async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
                 rt.stats.rejected_completions += 1
             continue
         if not status:
-            rt.stats.stale_completions += 1
+            if c.kind != "release":  # a lease no longer held is not a stale outcome
+                rt.stats.stale_completions += 1
         elif c.kind == "ack":
             rt.stats.acked += 1
         elif c.kind == "dead":
@@ -95,10 +97,12 @@ async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
             rt.stats.expired += 1
         elif c.kind == "retry":
             rt.stats.retried += 1
+        elif c.kind == "release":
+            rt.stats.group_releases += 1
     return [max(0, s) for s in statuses]
 
 
-_KINDS = frozenset({"ack", "dead", "expired", "retry"})
+_KINDS = frozenset({"ack", "dead", "expired", "retry", "release"})
 
 
 def _malformed(c: Completion) -> str:

@@ -156,6 +156,12 @@ class Delivery:
         return int(raw) if raw else 0
 
     @property
+    def group(self) -> str | None:
+        """The application group (``_respire.job.group``), None for an ungrouped job."""
+        raw = self.fields.get(b"_respire.job.group")
+        return raw.decode("utf-8", "surrogateescape") if raw is not None else None
+
+    @property
     def payload(self) -> bytes:
         return self.fields.get(b"_respire.job.payload", b"")
 
@@ -165,7 +171,7 @@ class Completion:
     """An outcome on its way to the completer."""
 
     delivery: Delivery
-    kind: str  # 'ack' | 'dead' | 'expired' | 'retry'
+    kind: str  # 'ack' | 'dead' | 'expired' | 'retry' | 'release' (a grouped nack's lease)
     reason: str = ""
     delay_ms: int = 0  # 'retry': stage the new entry due this long after the transition
     detail: str = ""  # 'dead': the handler's free-text detail (validated, bounded)

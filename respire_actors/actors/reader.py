@@ -121,18 +121,23 @@ async def run_reader(
                     rt.stats.rate_limited_reads += 1
                 await denied(result.retry_after_ms)
                 continue
-            # empty: wait for an entry newer than the last one, without claiming it
+            # empty: wait for an entry newer than the last one, without claiming it; a grouped
+            # read also wakes for a newly staged job and when a delayed or parked group is due
+            wait_ms = poll_ms
+            streams: tuple[str, ...] = (rt.source.stream_key, result.last_id)
+            if result.staged_last_id is not None:
+                if result.wake_ms > 0:
+                    wait_ms = min(poll_ms, result.wake_ms)
+                streams = (
+                    rt.source.stream_key,
+                    rt.job_keys.scheduled,
+                    result.last_id,
+                    result.staged_last_id,
+                )
             with ctx.stop_scope():
                 try:
                     await blocking.execute(
-                        "XREAD",
-                        "COUNT",
-                        1,
-                        "BLOCK",
-                        poll_ms,
-                        "STREAMS",
-                        rt.source.stream_key,
-                        result.last_id,
+                        "XREAD", "COUNT", 1, "BLOCK", wait_ms, "STREAMS", *streams
                     )
                 except RedisUnavailable:
                     await anyio.sleep(backoff)

@@ -196,6 +196,10 @@ async def _nack(
         await rt.completions.send(_dead(rt, delivery, reason))
     elif decision == "retry":
         await rt.completions.send(Completion(delivery, "retry", reason, delay))
+    elif delivery.group is not None:
+        # unsuccessful processing releases the grouped delivery's concurrency lease (fenced by
+        # consumer and attempt); the entry itself stays pending for visibility recovery
+        await rt.completions.send(Completion(delivery, "release", reason))
 
 
 async def _runner_loop(rt: QueueRuntime) -> None:

@@ -67,6 +67,8 @@ class WorkerStatistics:
     denied_claims: int = 0
     expired: int = 0
     retried: int = 0
+    # grouped deliveries that failed and were left pending: their group lease was released
+    group_releases: int = 0
     promoted: int = 0
     promotion_passes: int = 0
     expired_staged: int = 0

@@ -36,6 +36,10 @@ class ReadResult:
     retry_after_ms: int = 0
     expired: int = 0  # entries past their TTL, acknowledged by the read instead of delivered
     pace_ms: int = 0
+    # 'empty' of a grouped read: the newest staging-stream entry (a new staged job wakes the
+    # reader) and how long until a delayed or parked group may have work (-1: unknown)
+    staged_last_id: str | None = None
+    wake_ms: int = -1
 
 
 @dataclass(frozen=True, slots=True)

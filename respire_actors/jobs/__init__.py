@@ -1,6 +1,7 @@
 """Typed job queues and their supervised workers."""
 
 from ..actors.runtime import WorkerStatistics
+from .groups import GroupInfo, GroupOptions, GroupPage
 from .job import Job
 from .model import (
     ACK,
@@ -45,6 +46,9 @@ __all__ = [
     "DeadLetterReason",
     "Delivery",
     "EnqueueResult",
+    "GroupInfo",
+    "GroupOptions",
+    "GroupPage",
     "Job",
     "JobEnqueueOptions",
     "JobEvent",

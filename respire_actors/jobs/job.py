@@ -54,6 +54,11 @@ class Job(Generic[T]):
         return self.delivery.entry_id
 
     @property
+    def group(self) -> str | None:
+        """The application group the job was enqueued with, None when ungrouped."""
+        return self.delivery.group
+
+    @property
     def attempt(self) -> int:
         return self.delivery.attempt
 

@@ -23,7 +23,27 @@ from ..errors import ValidationError
 DEFAULT_DEDUP_WINDOW = timedelta(days=1)
 
 MAX_PRIORITY = 2**31 - 1
+MAX_GROUP_BYTES = 1024
+"""Longest application group name, in UTF-8 bytes."""
 MIN_PRIORITY = -(2**31)
+
+
+def validate_group(group: object) -> str:
+    """Check an application group name: a nonblank, valid-Unicode ``str`` of at most
+    :data:`MAX_GROUP_BYTES` UTF-8 bytes. The text is kept exactly (no trimming or case
+    folding); braces, separators and NUL characters are fine, since a group never becomes part
+    of a Redis key. Raises :class:`ValidationError` (before anything is sent to Redis)."""
+    if not isinstance(group, str):
+        raise ValidationError(f"group must be a str, got {type(group).__name__}")
+    if not group.strip():
+        raise ValidationError("group must not be blank")
+    try:
+        size = len(group.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValidationError(f"group {group!r} is not valid Unicode") from None
+    if size > MAX_GROUP_BYTES:
+        raise ValidationError(f"group is {size} bytes; the limit is {MAX_GROUP_BYTES}")
+    return group
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +57,8 @@ class JobEnqueueOptions:
     ttl:           time to live from enqueue, including delay, backlog and retries (None = none);
                    an expired job is dropped without running its handler
     dedup_window:  deduplication window (default one day), shared with plain enqueue
+    group:         application group (a tenant id, say) for fair scheduling and group controls;
+                   None (default) is ungrouped. See docs/groups.md.
 
     Durations are timedeltas or seconds, rounded up to whole milliseconds, at most 2**31-1 ms;
     the TTL and window must be positive. Invalid values raise :class:`ValidationError` here.
@@ -46,9 +68,12 @@ class JobEnqueueOptions:
     priority: int = 0
     ttl: timedelta | float | None = None
     dedup_window: timedelta | float | None = None
+    group: str | None = None
 
     def __post_init__(self) -> None:
         duration_ms(self.delay, what="delay", allow_zero=True)
+        if self.group is not None:
+            validate_group(self.group)
         if (
             isinstance(self.priority, bool)
             or not isinstance(self.priority, int)
@@ -78,6 +103,7 @@ class JobEnqueueOptions:
 __all__ = [
     "CONSUMER_GROUP",
     "DEFAULT_DEDUP_WINDOW",
+    "MAX_GROUP_BYTES",
     "MAX_MS",
     "MAX_PRIORITY",
     "MAX_SCHEDULING_BATCH",
@@ -89,4 +115,5 @@ __all__ = [
     "WorkerOptions",
     "default_consumer_name",
     "duration_ms",
+    "validate_group",
 ]

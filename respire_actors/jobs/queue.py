@@ -23,6 +23,8 @@ from ..errors import (
 from ..keys import JobQueueKeys, validate_name
 from ..redis.client import BlockingConnection, Pending, RedisClient, Transaction
 from ..redis.scripts import Script, load, run_many
+from . import groups as _groups
+from .groups import GroupInfo, GroupOptions, GroupPage
 from .model import EnqueueResult, JobEvent, JobStatus, QueueState
 from .options import DEFAULT_DEDUP_WINDOW, JobEnqueueOptions, RateLimit, duration_ms
 from .recurring import RecurringScheduler
@@ -32,6 +34,7 @@ T = TypeVar("T")
 MAX_JOB_ID_BYTES = 1024
 _ENQUEUE = load("job_enqueue")
 _SCHEDULE = load("job_schedule")
+_SCHEDULE_GROUP = load("job_schedule_group")
 _PAUSE = load("job_pause")
 _RATE_POLICY = load("job_rate_policy")
 
@@ -72,6 +75,7 @@ def _s(value: Any) -> str:
 class _Prepared:
     keys: tuple[str, ...]
     args: tuple[bytes | str | int, ...]
+    script: Script | None = None
 
 
 class JobQueue(Generic[T]):
@@ -152,7 +156,9 @@ class JobQueue(Generic[T]):
         results: list[EnqueueResult] = []
         for start in range(0, len(prepared), 1000):
             chunk = prepared[start : start + 1000]
-            replies = await run_many(self.client, [(script, p.keys, p.args) for p in chunk])
+            replies = await run_many(
+                self.client, [(p.script or script, p.keys, p.args) for p in chunk]
+            )
             for reply in replies:
                 if isinstance(reply, BaseException):
                     raise reply
@@ -189,9 +195,25 @@ class JobQueue(Generic[T]):
         body = encode_with(self.codec, payload)
         fields: list[bytes | str | int] = ["_respire.job.id", job_id, "_respire.job.payload", body]
         fields += _trace_fields()
+        timing = (options.dedup_window_ms, options.delay_ms, options.priority, options.ttl_ms)
+        if options.group is not None:
+            k = self.keys
+            return _Prepared(
+                (
+                    k.scheduled,
+                    k.dedup(job_id),
+                    k.group_jobs,
+                    k.group_order,
+                    k.group_parked,
+                    k.group_policy,
+                ),
+                (*timing, options.group, *fields),
+                _SCHEDULE_GROUP,
+            )
         return _Prepared(
             (self.keys.scheduled, self.keys.due, self.keys.dedup(job_id)),
-            (options.dedup_window_ms, options.delay_ms, options.priority, options.ttl_ms, *fields),
+            (*timing, *fields),
+            _SCHEDULE,
         )
 
     async def enqueue_scheduled(
@@ -206,9 +228,14 @@ class JobQueue(Generic[T]):
         original (staged or ready) id with ``enqueued=False`` and changes nothing. Raises
         :class:`ValidationError` before sending anything. If cancelled or the reply is lost,
         the job may or may not be staged: retry with the same id inside the window.
+
+        With ``options.group`` the job belongs to that application group: it stays staged until
+        a reader selects it in its group's turn (fair rotation, group limits; see
+        docs/groups.md) and ``job.group`` gives the group to the handler.
         """
         prepared = self._prepare_scheduled(job_id, payload, options)
-        reply = await _SCHEDULE(self.client, prepared.keys, prepared.args)
+        assert prepared.script is not None
+        reply = await prepared.script(self.client, prepared.keys, prepared.args)
         return _to_result(reply)
 
     async def enqueue_scheduled_many(
@@ -235,7 +262,8 @@ class JobQueue(Generic[T]):
         if tx.client is not self.client:
             raise ValidationError("the transaction must be created from the queue's own client")
         prepared = self._prepare_scheduled(job_id, payload, options)
-        return _SCHEDULE.queue_in(tx, prepared.keys, prepared.args, convert=_to_result)
+        assert prepared.script is not None
+        return prepared.script.queue_in(tx, prepared.keys, prepared.args, convert=_to_result)
 
     # -- recurring schedules (jobs/recurring.py) --------------------------------------------
     def scheduler(self, clock: Clock | None = None) -> RecurringScheduler[T]:
@@ -277,6 +305,50 @@ class JobQueue(Generic[T]):
                 ("set", policy.permit_limit, policy.window_ms),
             )
         return bool(int(reply))
+
+    # -- application groups (docs/groups.md) -------------------------------------------------
+    async def set_group_options(
+        self,
+        group: str,
+        *,
+        max_concurrency: int | None = None,
+        rate_limit: RateLimit | None = None,
+        lease_duration: timedelta | float = _groups.DEFAULT_LEASE,
+    ) -> bool:
+        """Store the limits of an application group, shared by every worker at once.
+
+        ``max_concurrency`` bounds the group's simultaneous deliveries across all workers,
+        ``rate_limit`` its admitted delivery attempts (GCRA: a burst of ``permit_limit``,
+        then one permit every ``window / permit_limit``), ``lease_duration`` (100 ms to
+        2**31-1 ms) how long a delivery's concurrency permit lives without renewal. None means
+        unlimited; calling with no limits removes them. The pause state is kept. A group
+        parked by a limit is woken. Returns True when the stored policy changed. Raises
+        :class:`ValidationError` before anything is sent. Safe to repeat.
+        """
+        options = GroupOptions(max_concurrency, rate_limit, lease_duration)
+        return await _groups.set_group_options(self.client, self.keys, group, options)
+
+    async def pause_group(self, group: str) -> bool:
+        """Stop new deliveries and recovery admissions of one application group (handlers
+        already running finish; other groups and the queue are not affected). Returns True
+        when this call changed the state. Safe to repeat (a repeat returns False)."""
+        return await _groups.set_group_paused(self.client, self.keys, group, True)
+
+    async def resume_group(self, group: str) -> bool:
+        """Undo :meth:`pause_group` (it does not resume a paused queue). Returns True when
+        this call changed the state."""
+        return await _groups.set_group_paused(self.client, self.keys, group, False)
+
+    async def get_group(self, group: str) -> GroupInfo:
+        """Counts, policy, pause and parking of one group, also for an idle group that only
+        has a policy (``known`` is False when Redis holds nothing about it)."""
+        return await _groups.get_group(self.client, self.keys, group)
+
+    async def list_groups(self, cursor: str | None = None, count: int = 100) -> GroupPage:
+        """One page (``count`` 1-1000) of the groups with staged work or parked, in byte order
+        of their names after ``cursor``. Groups that only have a policy are not listed; use
+        :meth:`get_group`."""
+        return await _groups.list_groups(self.client, self.keys, cursor, count)
 
     async def get_state(self) -> QueueState:
         """The queue's persistent controls: paused, cumulative rate-limit denials, policy."""

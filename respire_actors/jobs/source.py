@@ -6,7 +6,7 @@ import logging
 from collections.abc import Sequence
 
 from ..actors._util import text
-from ..actors.messages import Completion
+from ..actors.messages import Completion, Delivery
 from ..actors.options import RateLimit
 from ..actors.source import (
     ClaimResult,
@@ -31,6 +31,11 @@ _JOB_PROMOTE = load("job_promote")
 _JOB_GROUP = load("job_group")
 _RATE_POLICY = load("job_rate_policy")
 _JOB_FINISH = load("job_finish")
+_JOB_SELECT = load("job_select")
+_GROUP_RELEASE = load("job_group_release")
+_GROUP_RENEW = load("job_group_renew")
+MAX_GROUP_VISITS = 64
+"""Most group visits one read makes (each visit is one rotation turn)."""
 REFUSED = -1
 """Status of a completion the server refused on its own (its entry stays pending)."""
 
@@ -54,6 +59,7 @@ class JobSource:
         *,
         delete_acknowledged: bool = False,
         rate_limit: RateLimit | None = None,
+        selection_batch: int | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -63,6 +69,9 @@ class JobSource:
         self.stream_key = keys.ready
         self.settle = "delete" if delete_acknowledged else "ack"
         self.rate_limit = rate_limit
+        # With scheduling enabled (QueueOptions), reads also select grouped jobs (job_select),
+        # taking at most `selection_batch` candidates per group visit.
+        self.selection_batch = selection_batch
 
     async def _group(self, context: str, on_missing: str) -> None:
         reply = await _JOB_GROUP(
@@ -97,17 +106,51 @@ class JobSource:
             )
 
     async def read(self, consumer: str, count: int, min_idle_ms: int = 0) -> ReadResult:
-        reply = await _JOB_READ(
-            self.client,
-            (self.keys.ready, self.keys.control),
-            (self.group, consumer, count, self.settle, min_idle_ms),
-        )
+        k = self.keys
+        if self.selection_batch is None:
+            reply = await _JOB_READ(
+                self.client,
+                (k.ready, k.control),
+                (self.group, consumer, count, self.settle, min_idle_ms),
+            )
+        else:
+            reply = await _JOB_SELECT(
+                self.client,
+                (
+                    k.ready,
+                    k.control,
+                    k.scheduled,
+                    k.group_order,
+                    k.group_jobs,
+                    k.group_cursor,
+                    k.group_policy,
+                    k.group_owners,
+                    k.group_leases,
+                    k.group_parked,
+                ),
+                (
+                    self.group,
+                    consumer,
+                    count,
+                    self.settle,
+                    min_idle_ms,
+                    self.selection_batch,
+                    MAX_GROUP_VISITS,
+                ),
+            )
         status = text(reply[0])
         if status == "ok":
             expired = int(reply[2]) if len(reply) > 2 else 0
             pace = int(reply[3]) if len(reply) > 3 else 0
             return ReadResult("ok", deliveries_from_read(reply[1]), expired=expired, pace_ms=pace)
         if status == "empty":
+            if len(reply) > 3:
+                return ReadResult(
+                    "empty",
+                    last_id=text(reply[1]),
+                    staged_last_id=text(reply[2]),
+                    wake_ms=int(reply[3]),
+                )
             return ReadResult("empty", last_id=text(reply[1]))
         if status == "limited":
             return ReadResult("limited", retry_after_ms=int(reply[1]))
@@ -120,7 +163,16 @@ class JobSource:
     ) -> ClaimResult:
         reply = await _JOB_CLAIM(
             self.client,
-            (self.keys.ready, self.keys.control, self.keys.events, self.dead_key),
+            (
+                self.keys.ready,
+                self.keys.control,
+                self.keys.events,
+                self.dead_key,
+                self.keys.group_policy,
+                self.keys.group_owners,
+                self.keys.group_leases,
+                self.keys.group_parked,
+            ),
             (self.group, consumer, mode, min_idle_ms, cursor, count, limit, self.settle),
         )
         return claim_result(reply)
@@ -132,11 +184,14 @@ class JobSource:
         record or a dead-letter detail go through ``job_finish``, one pipelined call each; one
         the server refuses reports ``REFUSED`` (-1) and leaves its entry pending."""
         retries = [i for i, c in enumerate(batch) if c.kind == "retry"]
+        releases = [i for i, c in enumerate(batch) if c.kind == "release"]
         # outcomes with a retained record or a dead-letter detail: job_finish, one per call
         finish = [
             i for i, c in enumerate(batch) if c.kind in ("ack", "dead") and (c.keep_ms or c.detail)
         ]
-        others = [i for i, c in enumerate(batch) if c.kind != "retry" and i not in finish]
+        others = [
+            i for i, c in enumerate(batch) if c.kind not in ("retry", "release") and i not in finish
+        ]
         statuses = [0] * len(batch)
         if finish:
             refused: dict[int, ServerError] = {}
@@ -154,7 +209,9 @@ class JobSource:
             if self.settle != "ack":
                 args.append(self.settle)
             reply = await _JOB_COMPLETE(
-                self.client, (self.keys.ready, self.keys.events, self.dead_key), args
+                self.client,
+                (self.keys.ready, self.keys.events, self.dead_key, *self.keys.lease_keys),
+                args,
             )
             for i, status in zip(others, reply, strict=True):
                 statuses[i] = int(status)
@@ -163,12 +220,46 @@ class JobSource:
             for i in retries:
                 c = batch[i]
                 rargs += [c.delivery.entry_id, c.delivery.attempt, c.delay_ms]
+            k = self.keys
             reply = await _JOB_RETRY(
-                self.client, (self.keys.ready, self.keys.scheduled, self.keys.due), rargs
+                self.client,
+                (
+                    k.ready,
+                    k.scheduled,
+                    k.due,
+                    k.group_jobs,
+                    k.group_order,
+                    k.group_leases,
+                    k.group_owners,
+                    k.group_parked,
+                    k.group_policy,
+                ),
+                rargs,
             )
             for i, status in zip(retries, reply, strict=True):
                 statuses[i] = int(status)
+        if releases:
+            largs: list[Arg] = [consumer]
+            for i in releases:
+                d = batch[i].delivery
+                largs += [d.entry_id, d.attempt, d.fields.get(b"_respire.job.group", b"")]
+            reply = await _GROUP_RELEASE(self.client, self.keys.lease_keys, largs)
+            for i, status in zip(releases, reply, strict=True):
+                statuses[i] = int(status)
         return statuses
+
+    async def renew_group_leases(self, consumer: str, deliveries: Sequence[Delivery]) -> list[int]:
+        """Renew the group leases of running grouped deliveries in one call
+        (``job_group_renew``): 1 renewed, 0 lost, per delivery in order (the lease renewer's
+        step; ungrouped deliveries must not be passed)."""
+        args: list[Arg] = [consumer]
+        for d in deliveries:
+            args += [d.entry_id, d.attempt, d.fields.get(b"_respire.job.group", b"")]
+        k = self.keys
+        reply = await _GROUP_RENEW(
+            self.client, (k.group_leases, k.group_owners, k.group_policy), args
+        )
+        return [int(x) for x in reply]
 
     async def _finish(
         self,
@@ -188,7 +279,13 @@ class JobSource:
             calls.append(
                 (
                     _JOB_FINISH,
-                    (self.keys.ready, self.keys.events, self.dead_key, self.keys.result(d.job_id)),
+                    (
+                        self.keys.ready,
+                        self.keys.events,
+                        self.dead_key,
+                        self.keys.result(d.job_id),
+                        *self.keys.lease_keys,
+                    ),
                     (
                         self.group,
                         consumer,

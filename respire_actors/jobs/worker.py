@@ -192,6 +192,9 @@ class Worker(ConsumerHost):
                     reg.queue_options and reg.queue_options.delete_acknowledged_entries
                 ),
                 rate_limit=reg.queue_options.rate_limit if reg.queue_options else None,
+                selection_batch=(
+                    reg.queue_options.scheduling_batch_size if reg.queue_options else None
+                ),
             ),
             bind=bind_job,
             codec=reg.codec,

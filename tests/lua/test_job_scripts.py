@@ -23,6 +23,26 @@ pytestmark = pytest.mark.anyio
 
 ENQUEUE = load("job_enqueue")
 COMPLETE = load("job_complete")
+
+
+def CLAIM_GROUP_KEYS(keys: JobQueueKeys) -> tuple[str, ...]:
+    return (keys.group_policy, keys.group_owners, keys.group_leases, keys.group_parked)
+
+
+def RETRY_KEYS(keys: JobQueueKeys) -> tuple[str, ...]:
+    return (
+        keys.ready,
+        keys.scheduled,
+        keys.due,
+        keys.group_jobs,
+        keys.group_order,
+        keys.group_leases,
+        keys.group_owners,
+        keys.group_parked,
+        keys.group_policy,
+    )
+
+
 READ = load("job_read")
 PROGRESS = load("job_progress")
 LOG = load("job_log")
@@ -65,7 +85,7 @@ async def complete(
     args: list[Any] = [GROUP, consumer, len(outcomes)]
     for outcome in outcomes:
         args += list(outcome)
-    reply = await COMPLETE(client, (keys.ready, keys.events, keys.dead), args)
+    reply = await COMPLETE(client, (keys.ready, keys.events, keys.dead, *keys.lease_keys), args)
     return [int(x) for x in reply]
 
 
@@ -245,7 +265,7 @@ async def test_complete_refuses_a_malformed_batch(
 ) -> None:
     (entry,) = await delivered(client, keys, "a")
     with pytest.raises(ScriptError) as caught:
-        await COMPLETE(client, (keys.ready, keys.events, keys.dead), args)
+        await COMPLETE(client, (keys.ready, keys.events, keys.dead, *keys.lease_keys), args)
     assert caught.value.code == "RESPIRE_ARGUMENT"
     assert await pending(client, keys) == [(entry, "c1", 1)]
     assert await client.execute("EXISTS", keys.events, keys.dead) == 0
@@ -458,7 +478,7 @@ async def claim(
 ) -> Any:
     return await CLAIM(
         client,
-        (keys.ready, keys.control, keys.events, keys.dead),
+        (keys.ready, keys.control, keys.events, keys.dead, *CLAIM_GROUP_KEYS(keys)),
         (GROUP, consumer, mode, min_idle, cursor, count, limit),
     )
 
@@ -594,7 +614,7 @@ async def test_claim_acknowledges_expired_entries(client: RedisClient, keys: Job
     await client.execute("XREADGROUP", "GROUP", GROUP, "c1", "COUNT", 5, "STREAMS", keys.ready, ">")
     reply = await CLAIM(
         client,
-        (keys.ready, keys.control, keys.events, keys.dead),
+        (keys.ready, keys.control, keys.events, keys.dead, *CLAIM_GROUP_KEYS(keys)),
         (GROUP, "c2", "recover", 0, "0-0", 10, 5),
     )
     assert s(reply[0]) == "ok" and reply[2] == [] and int(reply[5]) == 1
@@ -614,7 +634,7 @@ async def test_read_and_claim_report_limited_before_claiming(
     assert s(limited[0]) == "limited" and int(limited[1]) > 0
     claim = await CLAIM(
         client,
-        (keys.ready, keys.control, keys.events, keys.dead),
+        (keys.ready, keys.control, keys.events, keys.dead, *CLAIM_GROUP_KEYS(keys)),
         (GROUP, "c2", "recover", 0, "0-0", 10, 5),
     )
     assert s(claim[0]) == "limited"
@@ -657,7 +677,7 @@ async def test_retry_refuses_malformed_batches(client: RedisClient, keys: JobQue
         (GROUP, "c1", "ack", 1, "1-0", 1, -5),
     ):
         with pytest.raises(ScriptError):
-            await RETRY(client, (keys.ready, keys.scheduled, keys.due), args)
+            await RETRY(client, RETRY_KEYS(keys), args)
     assert await client.execute("EXISTS", keys.scheduled, keys.due) == 0
 
 
@@ -670,9 +690,7 @@ async def test_promote_then_retry_preserves_the_envelope(
     ] == [1, 0, 0]
     await create_group(client, keys)
     ((entry, fields),) = (await read(client, keys, "c1"))[1]
-    reply = await RETRY(
-        client, (keys.ready, keys.scheduled, keys.due), (GROUP, "c1", "delete", 1, entry, 1, 0)
-    )
+    reply = await RETRY(client, RETRY_KEYS(keys), (GROUP, "c1", "delete", 1, entry, 1, 0))
     assert [int(x) for x in reply] == [1]
     assert await xlen(client, keys.ready) == 0  # "delete": XACK + XDEL here (no XACKDEL)
     ((_, staged),) = await client.execute("XRANGE", keys.scheduled, "-", "+")
@@ -727,6 +745,8 @@ async def test_job_group_checks_arguments_and_types(
     with pytest.raises(WrongKeyType):
         await group_call(client, keys, "start")
     assert await client.execute("EXISTS", keys.ready) == 0
+
+
 # -- job_finish (an outcome with its retained record) --------------------------------------------
 
 FINISH = load("job_finish")
@@ -750,7 +770,7 @@ async def finish(
 ) -> int:
     reply = await FINISH(
         client,
-        (keys.ready, keys.events, keys.dead, keys.result(job_id)),
+        (keys.ready, keys.events, keys.dead, keys.result(job_id), *keys.lease_keys),
         (GROUP, consumer, entry, attempt, kind, reason, job_id, detail, keep, state, result, mode),
     )
     return int(reply)

@@ -6,6 +6,9 @@
 -- KEYS[2]  events stream
 -- KEYS[3]  dead-letter stream
 -- KEYS[4]  result record of the job id (hash)
+-- KEYS[5]  concurrency leases (:group-leases)
+-- KEYS[6]  lease owners (:group-owners)
+-- KEYS[7]  parked groups (:group-parked)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer name
 -- ARGV[3]  entry id
@@ -23,15 +26,18 @@
 -- job_complete does, plus _respire.detail when given) and a dead-letter event; with a retention
 -- the record {state = completed | dead-lettered, entry_id, attempt, reason, detail,
 -- result_state, result, finished_at (server ms)} replaces any older record of the job id and
--- expires after the retention; then the entry is acknowledged. All of it or nothing.
+-- expires after the retention; then the entry is acknowledged, and a grouped job's lease is
+-- released when this consumer holds it for this attempt. All of it or nothing.
 -- Returns 1 committed, 0 stale (fence failed; nothing written). Repeating a call is harmless.
 -- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM before any write. Should the
 -- acknowledgement still fail, everything written is removed and RESPIRE_COMPLETE is returned.
 --!include lib/preflight.lua
 --!include lib/fence.lua
 --!include lib/dead_letter.lua
+--!include lib/group_lease.lua
 
 local ready, events, dead, record = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local leases, owners, parked = KEYS[5], KEYS[6], KEYS[7]
 local group, consumer, entry, attempt = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local kind, reason, job_id, detail = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local keep, state, result = tonumber(ARGV[9]), ARGV[10], ARGV[11]
@@ -53,21 +59,26 @@ if keep > 0 then
   probes[#probes + 1] = {'PEXPIRE', record, '1'}
   probes[#probes + 1] = {'DEL', record}
 end
+local grouped = redis.call('EXISTS', owners) == 1
+if grouped then respire_lease_probes(probes, leases, owners, parked) end
 local err = respire_preflight(
-  {{ready, 'stream'}, {events, 'stream'}, {dead, 'stream'}, {record, 'hash'}},
+  {{ready, 'stream'}, {events, 'stream'}, {dead, 'stream'}, {record, 'hash'}, {leases, 'zset'},
+   {owners, 'hash'}, {parked, 'zset'}},
   respire_ack_probes(probes, ready, group, ack_mode))
 if err then return err end
 
 if not respire_fence(ready, group, entry, consumer, attempt) then return 0 end
 
 local appended_events, appended_dead = nil, nil
+local body = nil
+if grouped or kind == 'dead' then body = respire_entry(ready, entry) end
 if kind == 'ack' then
   appended_events = redis.call('XADD', events, '*', 'kind', 'completed', 'job_id', job_id,
                                'entry_id', entry, 'attempt', attempt)
 else
   local tail = nil
   if detail ~= '' then tail = {'_respire.detail', detail} end
-  appended_dead = respire_dead_letter(dead, respire_entry(ready, entry), {'_respire.job.id', job_id},
+  appended_dead = respire_dead_letter(dead, body, {'_respire.job.id', job_id},
                                       entry, attempt, reason, consumer, tail)
   appended_events = redis.call('XADD', events, '*', 'kind', 'dead-letter', 'job_id', job_id,
                                'entry_id', entry, 'attempt', attempt, 'reason', reason)
@@ -92,4 +103,6 @@ if not ok then
   return redis.error_reply('RESPIRE_COMPLETE acknowledging ' .. entry .. ' failed: ' ..
                            tostring(ackErr))
 end
+local g = grouped and respire_field(body, '_respire.job.group')
+if g then respire_group_release(leases, owners, parked, g, entry, consumer, attempt) end
 return 1

@@ -3,6 +3,9 @@
 -- KEYS[1]  ready stream
 -- KEYS[2]  events stream
 -- KEYS[3]  dead-letter stream
+-- KEYS[4]  concurrency leases (:group-leases)
+-- KEYS[5]  lease owners (:group-owners)
+-- KEYS[6]  parked groups (:group-parked)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer name
 -- ARGV[3]  n, the number of outcomes; then n groups of 5 values:
@@ -16,7 +19,9 @@
 -- 'dead' appends the envelope plus _respire.source_id/_respire.attempt/_respire.reason/
 -- _respire.consumer to the dead-letter stream (plus _respire.total_attempts, this attempt plus
 -- _respire.job.attempts, when the job was durably retried before), appends a dead-letter event, and acknowledges;
--- 'expired' only acknowledges (no event, no dead letter).
+-- 'expired' only acknowledges (no event, no dead letter). Every committed outcome of a grouped
+-- job (_respire.job.group in its body) also releases its group lease when this consumer holds
+-- it for this attempt (see lib/group_lease.lua), in the same execution.
 -- Returns one status per outcome: 1 committed, 0 stale (fence failed: another delivery owns
 -- the entry, or it was already completed; nothing written). Repeating a call is harmless.
 -- Errors: RESPIRE_WRONGTYPE / RESPIRE_NOPERM before any write. Should an acknowledgement still
@@ -25,8 +30,10 @@
 --!include lib/preflight.lua
 --!include lib/fence.lua
 --!include lib/dead_letter.lua
+--!include lib/group_lease.lua
 
 local ready, events, dead = KEYS[1], KEYS[2], KEYS[3]
+local leases, owners, parked = KEYS[4], KEYS[5], KEYS[6]
 local group, consumer = ARGV[1], ARGV[2]
 local n = tonumber(ARGV[3])
 if not n or n < 1 or (#ARGV ~= 3 + n * 5 and #ARGV ~= 4 + n * 5) then
@@ -37,11 +44,18 @@ if #ARGV == 4 + n * 5 then requested = ARGV[#ARGV] end
 local ack_mode, merr = respire_ack_mode(ready, group, requested)
 if not ack_mode then return merr end
 local err = respire_preflight(
-  {{ready, 'stream'}, {events, 'stream'}, {dead, 'stream'}},
+  {{ready, 'stream'}, {events, 'stream'}, {dead, 'stream'}, {leases, 'zset'}, {owners, 'hash'},
+   {parked, 'zset'}},
   respire_ack_probes(
     {{'XADD', events, '*', 'f', 'v'}, {'XDEL', events, '0-1'}, {'XADD', dead, '*', 'f', 'v'},
      {'XDEL', dead, '0-1'}}, ready, group, ack_mode))
 if err then return err end
+-- Leases exist only once a grouped job was delivered: ungrouped queues skip the body read.
+local grouped = redis.call('EXISTS', owners) == 1
+if grouped then
+  err = respire_preflight({}, respire_lease_probes({}, leases, owners, parked))
+  if err then return err end
+end
 
 local statuses = {}
 for i = 0, n - 1 do
@@ -52,11 +66,13 @@ for i = 0, n - 1 do
     statuses[#statuses + 1] = 0
   else
     local appended_events, appended_dead = nil, nil
+    local body = nil
+    if grouped or kind == 'dead' then body = respire_entry(ready, entry) end
     if kind == 'ack' then
       appended_events = redis.call('XADD', events, '*', 'kind', 'completed', 'job_id', job_id,
                                    'entry_id', entry, 'attempt', attempt)
     elseif kind == 'dead' then
-      appended_dead = respire_dead_letter(dead, respire_entry(ready, entry),
+      appended_dead = respire_dead_letter(dead, body,
                                           {'_respire.job.id', job_id}, entry, attempt, reason,
                                           consumer)
       appended_events = redis.call('XADD', events, '*', 'kind', 'dead-letter', 'job_id', job_id,
@@ -69,6 +85,8 @@ for i = 0, n - 1 do
       return redis.error_reply('RESPIRE_COMPLETE acknowledging ' .. entry .. ' failed after ' ..
                                table.concat(statuses, ',') .. ': ' .. tostring(ackErr))
     end
+    local g = grouped and respire_field(body, '_respire.job.group')
+    if g then respire_group_release(leases, owners, parked, g, entry, consumer, attempt) end
     statuses[#statuses + 1] = 1
   end
 end

@@ -1,0 +1,160 @@
+-- job_claim_pending: recovery and startup replay in one bounded step.
+--
+-- KEYS[1]  ready stream
+-- KEYS[2]  control hash
+-- KEYS[3]  events stream
+-- KEYS[4]  dead-letter stream
+-- KEYS[5]  group policy (:group-policy)
+-- KEYS[6]  lease owners (:group-owners)
+-- KEYS[7]  concurrency leases (:group-leases)
+-- KEYS[8]  parked groups (:group-parked)
+-- ARGV[1]  consumer group
+-- ARGV[2]  consumer name
+-- ARGV[3]  mode: 'recover' (claim entries idle for at least ARGV[4] ms, from cursor ARGV[5];
+--          XPENDING IDLE then XCLAIM per admitted entry)
+--          or 'replay' (re-claim this consumer's own pending entries after ARGV[5])
+-- ARGV[4]  minimum idle time in ms (recover mode)
+-- ARGV[5]  cursor (an entry id; '0-0' to start)
+-- ARGV[6]  page size (1 .. 1000)
+-- ARGV[7]  delivery limit (0 = unlimited); counted as prior attempts + this entry's deliveries
+-- ARGV[8]  acknowledgement: 'ack' (default, keep the body) or 'delete' (see lib/fence.lua)
+--
+-- Admission (pause, then the rate limit, which lowers the page size to the permits left) is
+-- checked before anything is claimed, so a denied page changes no entry and counts no attempt.
+-- When the window has no permits left but the page would find nothing to claim, the pass is
+-- reported complete ({'ok', '0-0', {}, 0, 0, 0}) instead of 'limited'.
+-- Returns {'paused'}, {'limited', retry_after_ms} or
+-- {'ok', next_cursor, claimed, deleted_count, dead_count, expired_count} where claimed is a list
+-- of {id, fields, deliveries}. Entries whose handlers already had the delivery limit (prior
+-- attempts + deliveries before this claim >= ARGV[7]) are dead-lettered here (reason
+-- delivery-limit, with a dead-letter event) and not returned; _respire.attempt (and the event's
+-- attempt) is the number of deliveries handlers got, not counting this claim, the same number an
+-- explicit or nack dead letter records; _respire.total_attempts adds _respire.job.attempts when
+-- the job was durably retried. Entries whose TTL has
+-- passed are acknowledged without event or dead letter and not returned. Only returned entries
+-- use rate permits. PEL references to deleted bodies are cleared and counted. next_cursor '0-0'
+-- means the pass is complete.
+-- Grouped jobs (_respire.job.group): the group's pause, concurrency limit and GCRA rate apply
+-- to recovery and replay admissions too, checked before the entry is claimed. A blocked
+-- entry is left as it is (not claimed, no attempt counted); in replay mode the pass ends there
+-- (startup replay yields on a blocked group; recovery revisits it at its cadence). An admitted
+-- grouped entry gets a new lease for its new attempt, replacing the old attempt's lease, so a
+-- stale release of the old attempt frees nothing. Entries dead-lettered or expired here drop
+-- their lease.
+-- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM (before anything is claimed).
+--!include lib/preflight.lua
+--!include lib/fence.lua
+--!include lib/claim.lua
+--!include lib/dead_letter.lua
+--!include lib/group_lease.lua
+
+local ready, control, events, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local policy, owners, leases, parked = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local group, consumer, mode = ARGV[1], ARGV[2], ARGV[3]
+local min_idle, cursor, count = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
+local limit = tonumber(ARGV[7])
+if not count or count < 1 or count > 1000 or not limit or limit < 0 or not min_idle
+   or min_idle < 0 or (mode ~= 'recover' and mode ~= 'replay') then
+  return redis.error_reply('RESPIRE_ARGUMENT bad recovery arguments')
+end
+local ack_mode, merr = respire_ack_mode(ready, group, ARGV[8] or 'ack')
+if not ack_mode then return merr end
+local status, allowed, window = respire_admit(control, count)
+if status == 'paused' then return {'paused'} end
+if status == 'limited' then
+  -- A page with nothing to claim needs no permit: the pass is simply complete (a new worker's
+  -- empty replay must not wait for a window with permits left).
+  if redis.call('EXISTS', ready) == 0
+     or not respire_claim_peek(ready, group, consumer, mode, min_idle, cursor) then
+    return {'ok', '0-0', {}, 0, 0, 0}
+  end
+  return {'limited', allowed}
+end
+count = allowed
+local probes = respire_admit_probes(respire_ack_probes(
+  {{'XADD', events, '*', 'f', 'v'}, {'XADD', dead, '*', 'f', 'v'},
+   {'XCLAIM', ready, group, consumer, '0', '0-1'}, {'HSET', policy, 'f', 'v'}},
+  ready, group, ack_mode), control, window)
+local err = respire_preflight(
+  {{ready, 'stream'}, {events, 'stream'}, {dead, 'stream'}, {policy, 'hash'}, {owners, 'hash'},
+   {leases, 'zset'}, {parked, 'zset'}},
+  respire_lease_probes(probes, leases, owners, parked))
+if err then return err end
+if redis.call('EXISTS', ready) == 0 then return {'ok', '0-0', {}, 0, 0, 0} end
+
+-- The candidates, read without claiming: admission of grouped entries precedes their claim.
+local rows
+local next_cursor = '0-0'
+if mode == 'recover' then
+  local start = cursor
+  if start == '0-0' then start = '-' end
+  rows = redis.call('XPENDING', ready, group, 'IDLE', min_idle, start, '+', count)
+else
+  local start = '-'
+  if cursor ~= '0-0' then start = '(' .. cursor end
+  rows = redis.call('XPENDING', ready, group, start, '+', count, consumer)
+end
+if #rows == count then
+  local last = rows[#rows][1]
+  if mode == 'recover' then
+    local ms, seq = string.match(last, '^(%d+)-(%d+)$')
+    next_cursor = ms .. '-' .. string.format('%d', tonumber(seq) + 1)
+  else
+    next_cursor = last
+  end
+end
+
+local claimed, dead_count, expired, deleted = {}, 0, 0, 0
+local now_ms = nil
+local function now()
+  if not now_ms then now_ms = respire_now_ms() end
+  return now_ms
+end
+local claim_idle = 0
+if mode == 'recover' then claim_idle = min_idle end
+for _, row in ipairs(rows) do
+  local id, handled = row[1], tonumber(row[4])
+  local fields = respire_entry(ready, id)
+  local g = fields and respire_field(fields, '_respire.job.group')
+  local prior = tonumber(respire_field(fields, '_respire.job.attempts') or '0') or 0
+  local finishing = not fields or respire_expired(fields, now)
+                    or (limit > 0 and prior + handled >= limit)
+  local p, reason, tat = nil, nil, nil
+  if g and not finishing then
+    p = respire_group_policy(policy, g)
+    reason, tat = respire_group_check(p, policy, leases, owners, g, now(), id)
+  end
+  if reason then
+    if mode == 'replay' then
+      next_cursor = '0-0'  -- yield on a blocked group
+      break
+    end
+  else
+    local got = redis.call('XCLAIM', ready, group, consumer, claim_idle, id)
+    local entry = got[1]
+    if not fields or not entry or not entry[2] then
+      if not fields then
+        -- a PEL reference to a deleted body: clear it
+        redis.call('XACK', ready, group, id)
+        deleted = deleted + 1
+      end
+    elseif respire_expired(fields, now) then
+      respire_ack(ready, group, ack_mode, id)
+      if g then respire_group_drop(leases, owners, g, id); respire_group_nudge(parked, g) end
+      expired = expired + 1
+    elseif limit > 0 and prior + handled >= limit then
+      local job_id = respire_field(fields, '_respire.job.id') or ''
+      respire_dead_letter(dead, fields, nil, id, handled, 'delivery-limit', consumer)
+      redis.call('XADD', events, '*', 'kind', 'dead-letter', 'job_id', job_id, 'entry_id', id,
+                 'attempt', tostring(handled), 'reason', 'delivery-limit')
+      respire_ack(ready, group, ack_mode, id)
+      if g then respire_group_drop(leases, owners, g, id); respire_group_nudge(parked, g) end
+      dead_count = dead_count + 1
+    else
+      if g then respire_group_take(policy, leases, owners, g, id, consumer, handled + 1, now(), p, tat) end
+      claimed[#claimed + 1] = {id, fields, handled + 1}
+    end
+  end
+end
+respire_admit_commit(control, window, #claimed)
+return {'ok', next_cursor, claimed, deleted, dead_count, expired}

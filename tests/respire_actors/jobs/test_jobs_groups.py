@@ -1,0 +1,158 @@
+"""Application job groups with a running worker: handlers see ``job.group``, a group's
+concurrency limit holds across runners, failures release the permit, paused groups wait and
+resume, and grouped work is fair next to a large backlog."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import pytest
+from jobs_helpers import fast_options, wait_until_async
+
+from respire_actors.codecs import StrCodec
+from respire_actors.jobs import NACK, JobEnqueueOptions, JobQueue, QueueOptions, Worker
+from respire_actors.redis.client import RedisClient
+
+pytestmark = pytest.mark.anyio
+
+QO = QueueOptions(scheduling_poll_interval=timedelta(milliseconds=100))
+
+
+async def run(client: RedisClient, queue: JobQueue[str], handler: Any, **options: Any) -> Worker:
+    worker = Worker()
+    worker.register(queue.name, handler, StrCodec(), fast_options(**options), queue_options=QO)
+    return worker
+
+
+async def test_handlers_see_the_group_and_max_concurrency_holds(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    await queue.set_group_options("t1", max_concurrency=2)
+    running: dict[str, int] = {"t1": 0, "t2": 0}
+    peak: dict[str, int] = {"t1": 0, "t2": 0}
+    seen: list[tuple[str, str | None]] = []
+
+    async def handler(job: Any) -> None:
+        group = job.group
+        seen.append((job.id, group))
+        running[group] += 1
+        peak[group] = max(peak[group], running[group])
+        await anyio.sleep(0.03)
+        running[group] -= 1
+
+    for g in ("t1", "t2"):
+        await queue.enqueue_scheduled_many(
+            [(f"{g}-{i}", "x") for i in range(12)], JobEnqueueOptions(group=g)
+        )
+    await queue.enqueue("plain", "x")
+    worker = await run(client, queue, handler, consumer_count=6)
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+
+        async def done() -> bool:
+            return len(seen) == 25
+
+        await wait_until_async(done, timeout=20)
+        await worker.stop()
+    assert peak["t1"] == 2  # limited (and reached)
+    assert peak["t2"] > 2  # unlimited: uses the runners
+    assert ("plain", None) in seen
+    assert {g for _, g in seen} == {"t1", "t2", None}
+    info = await queue.get_group("t1")
+    assert info.running == 0 and info.staged == 0
+
+
+async def test_a_failed_grouped_handler_releases_its_permit(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """Unsuccessful processing (a nack left for visibility recovery) releases the lease, so the
+    group's next job runs although the failed one is still pending."""
+    await queue.set_group_options("g", max_concurrency=1)
+    await queue.enqueue_scheduled("bad", "x", JobEnqueueOptions(group="g"))
+    await queue.enqueue_scheduled("good", "x", JobEnqueueOptions(group="g", delay=0.05))
+    done: list[str] = []
+
+    async def handler(job: Any) -> Any:
+        if job.id == "bad":
+            return NACK
+        done.append(job.id)
+        return None
+
+    worker = await run(client, queue, handler)
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+
+        async def good_done() -> bool:
+            return done == ["good"]
+
+        await wait_until_async(good_done, timeout=10)
+        releases = worker.statistics(queue.name).group_releases
+        await worker.stop()
+    assert releases >= 1
+
+
+async def test_paused_group_waits_while_others_run_then_resumes(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    await queue.pause_group("slow")
+    for g in ("slow", "fast"):
+        await queue.enqueue_scheduled_many(
+            [(f"{g}-{i}", "x") for i in range(3)], JobEnqueueOptions(group=g)
+        )
+    done: list[str] = []
+
+    async def handler(job: Any) -> None:
+        done.append(job.group)
+
+    worker = await run(client, queue, handler)
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+
+        async def fast_done() -> bool:
+            return done.count("fast") == 3
+
+        await wait_until_async(fast_done, timeout=10)
+        await anyio.sleep(0.3)
+        assert "slow" not in done
+        assert (await queue.get_group("slow")).parked == "paused"
+        assert await queue.resume_group("slow")
+
+        async def slow_done() -> bool:
+            return done.count("slow") == 3
+
+        await wait_until_async(slow_done, timeout=10)
+        await worker.stop()
+
+
+async def test_a_newly_staged_grouped_job_wakes_a_blocked_reader(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """The idle reader blocks on the ready stream and the staging stream: a grouped job staged
+    while it waits is selected at once, not after the (long) poll interval."""
+    done = anyio.Event()
+
+    async def handler(job: Any) -> None:
+        done.set()
+
+    worker = Worker()
+    worker.register(
+        queue.name,
+        handler,
+        StrCodec(),
+        fast_options(poll_interval=timedelta(seconds=20)),
+        queue_options=QueueOptions(scheduling_poll_interval=timedelta(seconds=20)),
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+
+        async def blocked() -> bool:
+            return worker.statistics(queue.name).read_calls >= 1
+
+        await wait_until_async(blocked, timeout=10)
+        await anyio.sleep(0.2)
+        await queue.enqueue_scheduled("late", "x", JobEnqueueOptions(group="g"))
+        with anyio.fail_after(5):
+            await done.wait()
+        await worker.stop()
