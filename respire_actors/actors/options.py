@@ -65,6 +65,8 @@ def validate_recreate_missing_group(value: object) -> str:
             f"'1700000000000-0', got {value!r}"
         )
     return value
+
+
 def visibility_ms(value: timedelta | float | int, *, what: str = "visibility_timeout") -> int:
     """:func:`duration_ms` for a visibility timeout: at least :data:`MIN_VISIBILITY_MS`."""
     ms = duration_ms(value, what=what)
@@ -138,6 +140,15 @@ class WorkerOptions:
                          a larger one is recorded as ``result-too-large``, the job still completes
     dead_letter_undecodable: dead-letter a payload the codec cannot decode at once; by default
                          (False) it follows the nack policy like a failed handler
+    renew_leases:        (default True) a lease renewer keeps the visibility of every running
+                         delivery fresh, so a handler may run longer than the visibility timeout
+                         and is cancelled only when its lease is really lost; False restores the
+                         fixed lease (the handler is cancelled when the visibility timeout runs
+                         out)
+    timeout:             the execution budget of one handler call (None, the default: no budget).
+                         When it runs out the handler is cancelled and the nack path applies
+                         (reason ``processing-failed``). With ``renew_leases=False`` it may not
+                         exceed the visibility timeout (the lease would end first)
 
     The visibility timeout must be at least 10 ms (:data:`MIN_VISIBILITY_MS`).
     """
@@ -160,6 +171,8 @@ class WorkerOptions:
     keep_results: timedelta | float | None = None
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     dead_letter_undecodable: bool = False
+    renew_leases: bool = True
+    timeout: timedelta | float | None = None
 
     def __post_init__(self) -> None:
         validate_recreate_missing_group(self.recreate_missing_group)
@@ -223,6 +236,24 @@ class WorkerOptions:
             )
         if not isinstance(self.dead_letter_undecodable, bool):
             raise ValidationError("dead_letter_undecodable must be a bool")
+        if not isinstance(self.renew_leases, bool):
+            raise ValidationError("renew_leases must be a bool")
+        if self.timeout is not None:
+            budget = duration_ms(self.timeout, what="timeout")
+            if not self.renew_leases and budget > visibility_ms(self.visibility_timeout):
+                raise ValidationError(
+                    f"timeout ({budget} ms) exceeds the visibility timeout "
+                    f"({visibility_ms(self.visibility_timeout)} ms): without lease renewal the "
+                    "lease ends first, so the budget could never be reached; raise "
+                    "visibility_timeout or keep renew_leases=True"
+                )
+
+    @property
+    def timeout_ms(self) -> int:
+        """The execution budget in ms, 0 for none."""
+        if self.timeout is None:
+            return 0
+        return duration_ms(self.timeout, what="timeout")
 
     @property
     def keep_results_ms(self) -> int:

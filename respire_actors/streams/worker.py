@@ -27,10 +27,12 @@ from ..actors.runtime import QueueRuntime, check_handler
 from ..actors.source import (
     ClaimResult,
     ReadResult,
+    RenewItem,
     claim_result,
     create_group,
     deliveries_from_read,
     recreate_group,
+    renew_leases,
 )
 from ..actors.tree import ConsumerHost, consumer_supervisor
 from ..codecs import BytesCodec
@@ -95,6 +97,11 @@ class StreamWorkerOptions:
                          (default: stop with ConsumerGroupMissing), ``"$"`` or an entry id
     recovery_max_pages:  most recovery pages per pass (then the pass yields to reads)
     consumer_idle_timeout: remove other consumers idle this long with nothing pending (None: never)
+    renew_leases:        (default True) renew running deliveries' visibility so a handler may run
+                         past the visibility timeout; it is cancelled only when its lease is
+                         really lost. False: the visibility timeout is a fixed lease
+    timeout:             execution budget of one handler call (None: none); when it runs out
+                         the handler is cancelled and the nack policy applies
     """
 
     group: str = "respire"
@@ -114,6 +121,8 @@ class StreamWorkerOptions:
     recreate_missing_group: str = "fail"
     recovery_max_pages: int = 4
     consumer_idle_timeout: timedelta | None = timedelta(days=1)
+    renew_leases: bool = True
+    timeout: timedelta | float | None = None
 
     def __post_init__(self) -> None:
         validate_name(self.group, what="consumer group")
@@ -136,6 +145,8 @@ class StreamWorkerOptions:
             recreate_missing_group=self.recreate_missing_group,
             recovery_max_pages=self.recovery_max_pages,
             consumer_idle_timeout=self.consumer_idle_timeout,
+            renew_leases=self.renew_leases,
+            timeout=self.timeout,
         )
 
 
@@ -226,6 +237,10 @@ class StreamSource:
             args += [c.delivery.entry_id, c.delivery.attempt, c.kind, c.reason]
         reply = await _COMPLETE(self.client, (self.stream_key, self.dead), args)
         return [int(s) for s in reply]
+
+    async def renew(self, consumer: str, items: Sequence[RenewItem]) -> list[int]:
+        """Renew running deliveries' visibility (``lease_renew``), one call for the batch."""
+        return await renew_leases(self.client, self.stream_key, self.group, consumer, items)
 
 
 def bind_entry(rt: QueueRuntime, delivery: Delivery) -> StreamEntry:
