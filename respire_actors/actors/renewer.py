@@ -17,7 +17,8 @@ A handler's scope is cancelled here only when its lease is really lost:
   then on, so the lease is lost even though nobody said so.
 
 An event loop that stalls past the visibility timeout (blocking code in a handler) does not by
-itself end a lease: the next pass asks Redis, and a delivery still owned is renewed.
+itself end a lease: the renewer notices it woke late, asks Redis first, and a delivery still
+owned is renewed.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from supervisors import current_child
 
 from ..errors import RespireError
 from .runtime import Lease, QueueRuntime, log, lose_lease
-from .source import MAX_RENEW_BATCH, RENEWED, renew_item
+from .source import GONE, MAX_RENEW_BATCH, RENEWED, renew_item
 
 MIN_RENEW_INTERVAL = 0.003
 """Shortest pause between renewal passes, in seconds (for the 10 ms minimum visibility)."""
@@ -58,20 +59,29 @@ def next_wake(leases: Sequence[Lease], now: float, visibility: float, interval: 
     return wake
 
 
-async def renew_pass(rt: QueueRuntime, visibility: float) -> None:
-    """Renew every running delivery once, cancel the lost ones, then expire the ones whose
-    lease could not be confirmed for a whole visibility timeout."""
-    running = [lease for lease in rt.leases if not lease.lost]
+async def renew_pass(rt: QueueRuntime, visibility: float, *, late: bool = False) -> None:
+    """Renew every running delivery once, cancel the lost ones, and expire the ones whose
+    lease could not be confirmed for a whole visibility timeout.
+
+    A renewal call is bounded by the earliest expiry among its leases (and by two thirds of
+    the visibility timeout), so a hung server cannot keep a handler running past the moment
+    others may recover its entry. ``late`` says the renewer itself could not run on time (the
+    event loop was blocked): leases past their expiry are then first asked about, since the
+    expiry says only that nobody confirmed them, not that anybody took them."""
     rt.stats.renewal_passes += 1
-    # a call may not take longer than two thirds of the lease (a hung server must not keep a
-    # handler running past the moment others may recover its entry)
-    bound = max(visibility * 2 / 3, MIN_RENEW_INTERVAL)
+    if not late:
+        _expire(rt, anyio.current_time(), visibility)
+    running = [lease for lease in rt.leases if not lease.lost]
     for start in range(0, len(running), MAX_RENEW_BATCH):
         chunk = running[start : start + MAX_RENEW_BATCH]
         sent = anyio.current_time()
+        bound = visibility * 2 / 3
+        if not late:
+            earliest = min(lease.confirmed_at for lease in chunk) + visibility
+            bound = min(bound, earliest - sent)
         statuses: list[int] | None = None
         rt.stats.renewal_calls += 1
-        with anyio.move_on_after(bound):
+        with anyio.move_on_after(max(bound, 0.0)):
             try:
                 statuses = await rt.source.renew(
                     rt.consumer, [renew_item(lease.delivery) for lease in chunk]
@@ -91,10 +101,14 @@ async def renew_pass(rt: QueueRuntime, visibility: float) -> None:
                     "%r of %s: lease lost (%s); cancelling its handler",
                     lease.delivery.job_id or lease.delivery.entry_id,
                     rt.name,
-                    "entry deleted" if status == 2 else "not pending for this delivery",
+                    "entry deleted" if status == GONE else "not pending for this delivery",
                 )
                 lose_lease(rt, lease)
-    for lease in expired(list(rt.leases), anyio.current_time(), visibility):
+    _expire(rt, anyio.current_time(), visibility)
+
+
+def _expire(rt: QueueRuntime, now: float, visibility: float) -> None:
+    for lease in expired(list(rt.leases), now, visibility):
         rt.stats.leases_expired += 1
         log.warning(
             "%r of %s: no renewal confirmed for a visibility timeout; others may recover it, "
@@ -116,10 +130,12 @@ async def run_renewer(
     interval = renew_interval(visibility)
     task_status.started()
     while not ctx.stop_requested:
-        now = anyio.current_time()
+        wake = next_wake(list(rt.leases), anyio.current_time(), visibility, interval)
         with ctx.stop_scope():
-            await anyio.sleep_until(next_wake(list(rt.leases), now, visibility, interval))
+            await anyio.sleep_until(wake)
         if ctx.stop_requested:
             break
         if rt.leases:
-            await renew_pass(rt, visibility)
+            # woken much later than planned: the event loop was blocked, not Redis
+            late = anyio.current_time() - wake > interval
+            await renew_pass(rt, visibility, late=late)
