@@ -113,8 +113,8 @@ class WorkerOptions:
     """How one worker registration consumes a queue.
 
     consumer_count:      handlers running at once for this registration (admission permits)
-    visibility_timeout:  a delivery idle this long may be recovered by another consumer; it is
-                         also the handler's lease: the handler is cancelled when it runs out
+    visibility_timeout:  a delivery idle this long may be recovered by another consumer (the
+                         lease renewer keeps running deliveries from going idle)
     recovery_interval:   pause between recovery passes
     recovery_page_size:  entries per recovery page (each page re-checks admission)
     delivery_limit:      attempts before dead-lettering (None = unlimited)

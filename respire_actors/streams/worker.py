@@ -1,10 +1,11 @@
 """Stream workers: supervised consumers of streams the application owns.
 
 A stream worker runs the same actors as a job worker (admission-sized reads, a non-claiming
-blocking wait, runners with lease-owned cancel scopes, batched fenced completion, startup replay
-and bounded recovery); only the atomic steps differ (:class:`StreamSource`). Handlers receive
-raw entries and return ``ACK`` (or ``None``, or any plain value), ``NACK`` or
-``DeadLetter(reason, detail=...)``; the detail is validated but not stored for stream workers.
+blocking wait, runners with lease-owned cancel scopes, a lease renewer, batched fenced
+completion, startup replay and bounded recovery); only the atomic steps differ
+(:class:`StreamSource`). Handlers receive raw entries and return ``ACK`` (or ``None``, or any
+plain value), ``NACK`` or ``DeadLetter(reason, detail=...)``; the detail is validated but not
+stored for stream workers.
 """
 
 from __future__ import annotations
@@ -83,8 +84,8 @@ class StreamWorkerOptions:
     concurrency:         handlers running at once (admission permits)
     batch_size:          most entries one read admits (also bounded by free permits)
     block:               longest blocking wait for new entries
-    visibility_timeout:  idle time after which another consumer may recover a delivery; also the
-                         handler's lease (it is cancelled when it runs out)
+    visibility_timeout:  idle time after which another consumer may recover a delivery (running
+                         deliveries are renewed, see ``renew_leases``)
     recovery:            run startup replay and periodic recovery (XAUTOCLAIM); turn it off only
                          when another process recovers this group's pending entries
     recovery_interval, recovery_page_size: cadence and page size of recovery passes
@@ -154,7 +155,8 @@ class StreamEntry:
     """One delivery of a stream entry, as a stream handler sees it.
 
     ``id`` is the entry id, ``fields`` its field/value map (bytes), ``attempt`` its delivery
-    count. The handler runs in :attr:`cancel_scope`, cancelled when the lease runs out.
+    count. The handler runs in :attr:`cancel_scope`, cancelled when the lease is lost or the
+    execution budget ends (see docs/stream-workers.md).
     """
 
     __slots__ = ("cancel_scope", "delivery", "lease_lost", "stream")
