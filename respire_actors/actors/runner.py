@@ -91,7 +91,7 @@ async def process(
         lease: Lease | None = None
         if rt.options.renew_leases:
             # the renewer's view of this delivery: one set insert and removal per job
-            lease = Lease(delivery, arg, scope, delivery.received_at)
+            lease = Lease(delivery, arg, scope, delivery.received_at or anyio.current_time())
             rt.leases.add(lease)
         try:
             outcome = await rt.handler(arg)
