@@ -215,6 +215,7 @@ async def test_a_handler_whose_renewal_finds_another_owner_is_cancelled(
         await wait_until(lambda: stats.leases_lost == 1)
         await wait_until(lambda: cancelled == ["j"])
         assert stats.acked == stats.stale_completions == stats.nacked == 0
+        assert stats.leases_expired == 0  # found lost by the renewal, not given up
 
     assert await pending_rows(client, queue.keys) == [(enqueued.entry_id, "thief", 2)]
     assert await all_events(client, queue.keys) == []
@@ -240,7 +241,7 @@ async def test_a_handler_whose_job_was_settled_elsewhere_is_cancelled(
             await started.wait()
         await client.execute("XACK", queue.keys.ready, CONSUMER_GROUP, enqueued.entry_id)
         await wait_until(lambda: stats.leases_lost == 1)
-        assert stats.acked == stats.nacked == 0
+        assert stats.acked == stats.nacked == stats.leases_expired == 0
     assert await pending_rows(client, queue.keys) == []
 
 

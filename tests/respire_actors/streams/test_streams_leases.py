@@ -13,6 +13,7 @@ from streams_helpers import (
     add,
     child_state,
     fast_options,
+    pending_idle,
     pending_rows,
     running,
     stats,
@@ -45,6 +46,12 @@ async def test_a_long_handler_keeps_its_entry_and_completes_once(
     opts = fast_options(concurrency=1, visibility_timeout=LEASE)
     async with running(client, stream, handler, opts) as worker:
         assert child_state(worker, "renewer") == "running"
+        await wait_until(lambda: stats(worker, stream).started == 1)
+        for _ in range(4):  # while it runs, its entry never idles for a visibility timeout
+            await anyio.sleep(LEASE.total_seconds())
+            if stats(worker, stream).acked:
+                break
+            assert max(await pending_idle(client, stream, "respire")) < LEASE.total_seconds() * 1000
         await wait_until(lambda: stats(worker, stream).acked == 1, timeout=30)
         s = stats(worker, stream)
         assert s.recovered == s.leases_lost == 0 and s.leases_renewed >= 5
@@ -74,7 +81,7 @@ async def test_a_handler_whose_entry_was_taken_is_cancelled(
         await client.execute("XCLAIM", stream, "respire", "thief", 0, entry)
         await wait_until(lambda: stats(worker, stream).leases_lost == 1)
         await wait_until(lambda: cancelled == [entry])
-        assert stats(worker, stream).acked == 0
+        assert stats(worker, stream).acked == stats(worker, stream).leases_expired == 0
     assert await pending_rows(client, stream, "respire") == [(entry, "thief", 2)]
 
 
