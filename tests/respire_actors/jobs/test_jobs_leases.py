@@ -435,3 +435,44 @@ async def test_a_stopped_worker_is_cancelled_when_it_resumes_and_its_job_complet
     completed = await events_of_kind(client, queue.keys, "completed")
     assert [(e.entry_id, e.attempt) for e in completed] == [(enqueued.entry_id, 2)]
     assert await pending_rows(client, queue.keys) == []
+
+
+async def test_a_handler_whose_entry_body_was_deleted_is_cancelled(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """The entry is deleted under the running handler: renewal cannot renew it (XCLAIM would
+    drop it from the pending list), so the handler is cancelled like a lost lease and the
+    pending reference is left for recovery to clear."""
+    enqueued = await queue.enqueue("j", "x")
+    started = anyio.Event()
+
+    async def handler(job: Job[str]) -> Outcome:
+        started.set()
+        await anyio.sleep_forever()
+
+    opts = fast_options(visibility_timeout=LEASE, recovery_interval=timedelta(seconds=60))
+    async with running_worker(client, queue.name, handler, options=opts) as worker:
+        stats = worker.statistics(queue.name)
+        with anyio.fail_after(10):
+            await started.wait()
+        await client.execute("XDEL", queue.keys.ready, enqueued.entry_id)
+        await wait_until(lambda: stats.leases_lost == 1)
+        assert stats.leases_expired == stats.acked == stats.nacked == 0
+        consumer = worker.consumer_name(queue.name)
+    assert await pending_rows(client, queue.keys) == [(enqueued.entry_id, consumer, 1)]
+
+
+async def test_renewal_on_a_cluster(cluster_client: RedisClient, unique_name: str) -> None:
+    """One key per renewal call (the ready stream): it runs on the queue's node."""
+    queue = JobQueue(cluster_client, unique_name, StrCodec())
+    await queue.enqueue("long", "x")
+
+    async def handler(job: Job[str]) -> Outcome:
+        await anyio.sleep(4 * LEASE.total_seconds())
+        return ACK
+
+    opts = fast_options(consumer_count=1, visibility_timeout=LEASE)
+    async with running_worker(cluster_client, queue.name, handler, options=opts) as worker:
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.acked == 1, timeout=20)
+        assert stats.leases_lost == stats.recovered == 0 and stats.leases_renewed >= 3
