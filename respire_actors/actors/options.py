@@ -113,8 +113,8 @@ class WorkerOptions:
     """How one worker registration consumes a queue.
 
     consumer_count:      handlers running at once for this registration (admission permits)
-    visibility_timeout:  a delivery idle this long may be recovered by another consumer; it is
-                         also the handler's lease: the handler is cancelled when it runs out
+    visibility_timeout:  a delivery idle this long may be recovered by another consumer (the
+                         lease renewer keeps running deliveries from going idle)
     recovery_interval:   pause between recovery passes
     recovery_page_size:  entries per recovery page (each page re-checks admission)
     delivery_limit:      attempts before dead-lettering (None = unlimited)
@@ -140,6 +140,15 @@ class WorkerOptions:
                          a larger one is recorded as ``result-too-large``, the job still completes
     dead_letter_undecodable: dead-letter a payload the codec cannot decode at once; by default
                          (False) it follows the nack policy like a failed handler
+    renew_leases:        (default True) a lease renewer keeps the visibility of every running
+                         delivery fresh, so a handler may run longer than the visibility timeout
+                         and is cancelled only when its lease is really lost; False restores the
+                         fixed lease (the handler is cancelled when the visibility timeout runs
+                         out)
+    timeout:             the execution budget of one handler call (None, the default: no budget).
+                         When it runs out the handler is cancelled and the nack path applies
+                         (reason ``processing-failed``). With ``renew_leases=False`` it may not
+                         exceed the visibility timeout (the lease would end first)
 
     The visibility timeout must be at least 10 ms (:data:`MIN_VISIBILITY_MS`).
     """
@@ -162,6 +171,8 @@ class WorkerOptions:
     keep_results: timedelta | float | None = None
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
     dead_letter_undecodable: bool = False
+    renew_leases: bool = True
+    timeout: timedelta | float | None = None
 
     def __post_init__(self) -> None:
         validate_recreate_missing_group(self.recreate_missing_group)
@@ -225,6 +236,24 @@ class WorkerOptions:
             )
         if not isinstance(self.dead_letter_undecodable, bool):
             raise ValidationError("dead_letter_undecodable must be a bool")
+        if not isinstance(self.renew_leases, bool):
+            raise ValidationError("renew_leases must be a bool")
+        if self.timeout is not None:
+            budget = duration_ms(self.timeout, what="timeout")
+            if not self.renew_leases and budget > visibility_ms(self.visibility_timeout):
+                raise ValidationError(
+                    f"timeout ({budget} ms) exceeds the visibility timeout "
+                    f"({visibility_ms(self.visibility_timeout)} ms): without lease renewal the "
+                    "lease ends first, so the budget could never be reached; raise "
+                    "visibility_timeout or keep renew_leases=True"
+                )
+
+    @property
+    def timeout_ms(self) -> int:
+        """The execution budget in ms, 0 for none."""
+        if self.timeout is None:
+            return 0
+        return duration_ms(self.timeout, what="timeout")
 
     @property
     def keep_results_ms(self) -> int:

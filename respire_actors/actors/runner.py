@@ -1,13 +1,22 @@
-"""Handler runners: each runs one handler at a time inside a cancel scope owned by the lease.
+"""Handler runners: each runs one handler at a time inside a cancel scope.
 
-The lease of a delivery is its visibility timeout, counted from the moment the read returned:
-after it another consumer may recover the entry, so the handler's scope is cancelled then (and
-as soon as a fenced call reports that another delivery owns the job). A cancelled handler leaves
-no outcome: the entry stays pending for recovery. Outcomes go to the completer's mailbox; the
-admission permit comes back once the outcome is handed over.
+With lease renewal (the default) the runner registers each running delivery in
+``rt.leases``; the lease renewer keeps its visibility fresh and cancels the scope only when the
+lease is really lost (renewal finds another owner or no pending entry, or no renewal could be
+confirmed for a whole visibility timeout); a fenced call (progress, log) that finds another
+delivery owning the job cancels it too. The scope's deadline is the execution budget
+(``WorkerOptions.timeout``), if any. Without renewal the deadline is also the fixed lease:
+the visibility timeout counted from the moment the read returned.
+
+A handler cancelled because its lease was lost leaves no outcome: the entry stays pending for
+recovery. A handler cancelled by its budget takes the nack path (``processing-failed``).
+Outcomes go to the completer's mailbox; the admission permit comes back once the outcome is
+handed over.
 """
 
 from __future__ import annotations
+
+import math
 
 import anyio
 import anyio.abc
@@ -27,11 +36,16 @@ from .messages import (
     RetryAfter,
     check_outcome,
 )
-from .runtime import QueueRuntime, log
+from .runtime import Lease, QueueRuntime, log
 
 
-async def process(rt: QueueRuntime, delivery: Delivery, deadline: float) -> None:
+async def process(
+    rt: QueueRuntime, delivery: Delivery, deadline: float, budget: float = 0.0
+) -> None:
     """Run one delivery under its lease and hand its outcome (if any) to the completer.
+
+    ``deadline`` is the fixed lease's end (without renewal; ``math.inf`` with it) and
+    ``budget`` the execution budget in seconds (0: none), counted from the handler's start.
 
     The handler argument comes from ``rt.bind`` (a ``Job`` for job workers, the raw entry for
     stream workers). It must have ``cancel_scope`` and ``lease_lost`` attributes.
@@ -69,8 +83,16 @@ async def process(rt: QueueRuntime, delivery: Delivery, deadline: float) -> None
     rt.stats.started += 1
     outcome: object = None
     failed = False
-    with anyio.CancelScope(deadline=deadline) as scope:
+    budget_end = math.inf
+    if budget:
+        budget_end = anyio.current_time() + budget
+    with anyio.CancelScope(deadline=min(deadline, budget_end)) as scope:
         arg.cancel_scope = scope
+        lease: Lease | None = None
+        if rt.options.renew_leases:
+            # the renewer's view of this delivery: one set insert and removal per job
+            lease = Lease(delivery, arg, scope, delivery.received_at or anyio.current_time())
+            rt.leases.add(lease)
         try:
             outcome = await rt.handler(arg)
         except Exception:
@@ -79,10 +101,33 @@ async def process(rt: QueueRuntime, delivery: Delivery, deadline: float) -> None
             log.exception(
                 "handler for %s failed on %r (attempt %d)", rt.name, label, delivery.attempt
             )
-    if scope.cancelled_caught or arg.lease_lost:
-        if not arg.lease_lost:
-            arg.lease_lost = True
-            rt.stats.leases_lost += 1
+        finally:
+            if lease is not None:
+                rt.leases.discard(lease)
+    if arg.lease_lost:
+        log.warning("%r of %s lost its lease; left pending for recovery", label, rt.name)
+        return
+    if scope.cancelled_caught:
+        if budget_end <= deadline and anyio.current_time() >= budget_end:
+            rt.stats.timed_out += 1
+            log.warning(
+                "handler for %s ran out of its %.3fs budget on %r (attempt %d); cancelled, "
+                "the nack policy applies",
+                rt.name,
+                budget,
+                label,
+                delivery.attempt,
+            )
+            await _nack(
+                rt,
+                delivery,
+                DeadLetterReason.PROCESSING_FAILED.value,
+                detail=f"timeout: the handler ran out of its {budget:g}s budget",
+            )
+            return
+        # the fixed lease ran out (no renewal), or the handler cancelled its own scope
+        arg.lease_lost = True
+        rt.stats.leases_lost += 1
         log.warning("%r of %s lost its lease; left pending for recovery", label, rt.name)
         return
     if not failed and (
@@ -186,14 +231,20 @@ def retry_decision(
 
 
 async def _nack(
-    rt: QueueRuntime, delivery: Delivery, reason: str, retry_after_ms: int | None = None
+    rt: QueueRuntime,
+    delivery: Delivery,
+    reason: str,
+    retry_after_ms: int | None = None,
+    *,
+    detail: str = "",
 ) -> None:
-    """Nack path: dead-letter at the delivery limit, stage a durable retry when configured,
-    otherwise leave the entry pending so visibility recovery delivers it again."""
+    """Nack path: dead-letter at the delivery limit (with ``detail``), stage a durable retry
+    when configured, otherwise leave the entry pending so visibility recovery delivers it
+    again."""
     rt.stats.nacked += 1
     decision, delay = retry_decision(rt, delivery, retry_after_ms)
     if decision == "dead":
-        await rt.completions.send(_dead(rt, delivery, reason))
+        await rt.completions.send(_dead(rt, delivery, reason, detail))
     elif decision == "retry":
         await rt.completions.send(Completion(delivery, "retry", reason, delay))
     elif delivery.group is not None:
@@ -204,7 +255,9 @@ async def _nack(
 
 async def _runner_loop(rt: QueueRuntime) -> None:
     ctx = current_child()
-    visibility = rt.visibility_ms / 1000
+    # With renewal the lease has no fixed end: the renewer cancels a handler whose lease is lost.
+    visibility = math.inf if rt.options.renew_leases else rt.visibility_ms / 1000
+    budget = rt.options.timeout_ms / 1000
     while not ctx.stop_requested:
         delivery: Delivery | None = None
         with ctx.stop_scope():
@@ -214,7 +267,7 @@ async def _runner_loop(rt: QueueRuntime) -> None:
         try:
             # The lease is counted from when the read that claimed the entry returned, which is
             # after Redis delivered it; fencing keeps the short overlap harmless.
-            await process(rt, delivery, delivery.received_at + visibility)
+            await process(rt, delivery, delivery.received_at + visibility, budget)
         finally:
             rt.admission.release(1)
 

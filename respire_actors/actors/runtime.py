@@ -80,6 +80,39 @@ class WorkerStatistics:
     rejected_completions: int = 0
     # successes whose return value was too large or unencodable to keep (keep_results)
     results_not_kept: int = 0
+    # handlers cancelled by their execution budget (WorkerOptions.timeout); they take the
+    # nack path
+    timed_out: int = 0
+    # lease renewal (WorkerOptions.renew_leases): passes run, script calls made, leases
+    # renewed, calls that failed or timed out, and leases given up because no renewal could be
+    # confirmed for a whole visibility timeout (also counted in leases_lost)
+    renewal_passes: int = 0
+    renewal_calls: int = 0
+    leases_renewed: int = 0
+    renewal_failures: int = 0
+    leases_expired: int = 0
+
+
+@dataclass(slots=True, eq=False)
+class Lease:
+    """A running delivery as the lease renewer sees it (registered by the runner while its
+    handler runs). ``confirmed_at`` is the local monotonic time from which the lease is known
+    to hold: the claiming read's return, then the moment each successful renewal was sent."""
+
+    delivery: Delivery
+    arg: Any  # the handler argument (``cancel_scope`` and ``lease_lost`` attributes)
+    scope: anyio.CancelScope
+    confirmed_at: float
+    lost: bool = False
+
+
+def lose_lease(rt: QueueRuntime, lease: Lease) -> None:
+    """Mark ``lease`` lost and cancel its handler's scope (it produces no outcome)."""
+    lease.lost = True
+    if not lease.arg.lease_lost:
+        lease.arg.lease_lost = True
+        rt.stats.leases_lost += 1
+    lease.scope.cancel()
 
 
 @dataclass(slots=True)
@@ -113,6 +146,9 @@ class QueueRuntime:
     on_fatal: Callable[[BaseException], None] | None = None
     # Encodes handler return values kept with WorkerOptions.keep_results (job workers).
     result_codec: Codec[Any] | None = None
+    # The deliveries whose handlers are running now (with renew_leases): the runner adds and
+    # removes them, the lease renewer renews them and cancels the ones it finds lost.
+    leases: set[Lease] = field(default_factory=set)
 
     @property
     def job_keys(self) -> JobQueueKeys:
@@ -152,4 +188,13 @@ class QueueRuntime:
             self.on_fatal(exc)
 
 
-__all__ = ["Completion", "Handler", "check_handler", "QueueRuntime", "WorkerStatistics", "log"]
+__all__ = [
+    "Completion",
+    "Handler",
+    "Lease",
+    "QueueRuntime",
+    "WorkerStatistics",
+    "check_handler",
+    "log",
+    "lose_lease",
+]

@@ -14,12 +14,25 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..errors import ConsumerGroupMissing, ServerError
-from ..redis.client import RedisClient
+from ..redis.client import Arg, RedisClient
 from ..redis.scripts import load
 from ._util import field_map, text
 from .messages import Completion, Delivery
 
 ReadStatus = Literal["ok", "empty", "paused", "limited", "recover"]
+
+RENEWED = 1
+"""Renewal status: the lease is renewed (the entry's idle time was reset for this consumer)."""
+LOST = 0
+"""Renewal status: the lease is lost (the entry is not pending for this delivery any more)."""
+GONE = 2
+"""Renewal status: still pending for this delivery, but the entry's body was deleted, so it
+cannot be renewed (the lease is treated as lost)."""
+MAX_RENEW_BATCH = 500
+"""Most deliveries one renewal call carries (the renewer splits a larger pass)."""
+
+RenewItem = tuple[str, int, str]
+"""One running delivery to renew: entry id, attempt (delivery count), job group ('' when none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +96,36 @@ class Source(Protocol):
     ) -> ClaimResult: ...
 
     async def complete(self, consumer: str, batch: Sequence[Completion]) -> list[int]: ...
+
+    async def renew(self, consumer: str, items: Sequence[RenewItem]) -> list[int]:
+        """Renew the leases of running deliveries (at most :data:`MAX_RENEW_BATCH`), one
+        atomic script call: returns :data:`RENEWED`, :data:`LOST` or :data:`GONE` per item,
+        in order. Safe to repeat; if cancelled, some or all leases may have been renewed."""
+        ...
+
+
+_LEASE_RENEW = load("lease_renew")
+
+
+async def renew_leases(
+    client: RedisClient, stream: str, group: str, consumer: str, items: Sequence[RenewItem]
+) -> list[int]:
+    """``lease_renew`` over a plain stream: fence each delivery, then XCLAIM ... JUSTID."""
+    if not items:
+        return []
+    if len(items) > MAX_RENEW_BATCH:
+        raise ValueError(f"at most {MAX_RENEW_BATCH} leases per renewal call, got {len(items)}")
+    args: list[Arg] = [group, consumer, len(items)]
+    for entry_id, attempt, _group in items:
+        args += [entry_id, attempt]
+    reply = await _LEASE_RENEW(client, (stream,), args)
+    return [int(s) for s in reply]
+
+
+def renew_item(delivery: Delivery) -> RenewItem:
+    """What the renewer passes to ``Source.renew`` for one running delivery."""
+    group = delivery.fields.get(b"_respire.job.group", b"")
+    return (delivery.entry_id, delivery.attempt, group.decode("utf-8", "replace"))
 
 
 async def create_group(client: RedisClient, stream: str, group: str, start: str) -> None:

@@ -24,6 +24,7 @@ from ..startup import retry_while_loading
 from .completer import run_completer
 from .options import duration_ms
 from .reader import run_reader
+from .renewer import run_renewer
 from .runner import run_runner_pool
 from .runtime import QueueRuntime, WorkerStatistics, log
 from .source import PreparingSource, remove_consumer
@@ -67,21 +68,27 @@ def consumer_supervisor(
     recovery: bool = True,
     before_reader: Sequence[ChildSpec] = (),
 ) -> Supervisor:
-    """``membership, completer, runners, [sweeper], *before_reader, reader`` under one_for_one.
+    """``membership, completer, [renewer], runners, [sweeper], *before_reader, reader`` under
+    one_for_one.
 
     ``membership`` runs the start-up checks and, at a graceful stop, removes this consumer from
-    the group when nothing is pending for it (see :func:`run_membership`). Started in that
-    order and stopped in reverse: intake stops first, runners get the shutdown
-    grace, the completer drains last. Without ``recovery`` no sweeper runs (no startup replay,
-    no visibility recovery), and the reader does not wait for a replay.
+    the group when nothing is pending for it (see :func:`run_membership`). The ``renewer``
+    (with ``renew_leases``, the default) keeps running handlers' leases alive and cancels the
+    lost ones; it starts before the runners and stops after them, so handlers finishing in the
+    shutdown grace keep their leases. Started in that order and stopped in reverse: intake stops
+    first, runners get the shutdown grace, the completer drains last. Without ``recovery`` no
+    sweeper runs (no startup replay, no visibility recovery), and the reader does not wait for a
+    replay.
     """
     grace = duration_ms(rt.options.shutdown_grace, what="shutdown_grace", allow_zero=True) / 1000
     io = rt.client.settings.command_timeout + 1
     children = [
         ChildSpec("membership", run_membership, rt, shutdown=io),
         ChildSpec("completer", run_completer, rt, shutdown=grace + 2 * io),
-        ChildSpec("runners", run_runner_pool, rt, shutdown=grace),
     ]
+    if rt.options.renew_leases:
+        children.append(ChildSpec("renewer", run_renewer, rt, shutdown=io))
+    children.append(ChildSpec("runners", run_runner_pool, rt, shutdown=grace))
     if recovery:
         children.append(ChildSpec("sweeper", run_sweeper, rt, shutdown=io))
     else:

@@ -32,8 +32,9 @@ class Job(Generic[T]):
     ``id`` is the application job id, ``payload`` the decoded payload, ``entry_id`` the ready
     stream entry, ``attempt`` this entry's delivery count (from 1) and ``total_attempts`` the
     attempts across durable retries. The handler runs inside :attr:`cancel_scope`, which is
-    cancelled when the delivery's lease (the visibility timeout) runs out or a fenced call finds
-    that another delivery owns the job.
+    cancelled when the delivery's lease is lost (the lease renewer or a fenced call finds that
+    another delivery owns the job, or no renewal could be confirmed for a visibility timeout;
+    without renewal, when the visibility timeout runs out) or its execution budget ends.
     """
 
     __slots__ = ("_rt", "cancel_scope", "delivery", "lease_lost", "payload")

@@ -12,9 +12,11 @@ from ..actors.source import (
     ClaimResult,
     PromotionResult,
     ReadResult,
+    RenewItem,
     claim_result,
     deliveries_from_read,
     group_missing,
+    renew_leases,
 )
 from ..errors import ConfigurationError, PermissionDenied, ServerError, ServerLoading
 from ..keys import JobQueueKeys
@@ -315,6 +317,12 @@ class JobSource:
                 raise reply
             else:
                 statuses[i] = int(reply)
+
+    async def renew(self, consumer: str, items: Sequence[RenewItem]) -> list[int]:
+        """Renew running deliveries' visibility (``lease_renew``: fenced XCLAIM ... JUSTID),
+        one call for the batch; 1 renewed, 0 lost, 2 body deleted, per item. Each item's job
+        group (third element) is where group leases will be renewed too, in the same pass."""
+        return await renew_leases(self.client, self.keys.ready, self.group, consumer, items)
 
     async def promote(self, batch_size: int) -> PromotionResult:
         """One promotion pass (``job_promote``): at most ``batch_size`` due jobs become ready.

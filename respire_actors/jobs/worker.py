@@ -4,7 +4,9 @@
 
     worker                               (root supervisor, one_for_one)
     └── queue:email                      (one supervisor per registration, one_for_one)
+        ├── membership                   start-up checks; removes an idle consumer at stop
         ├── completer                    commits outcomes in batches (stopped last, drains)
+        ├── renewer                      renews running deliveries' leases (renew_leases)
         ├── runners                      consumer_count handler runners
         ├── sweeper                      startup replay, then recovery passes
         ├── promoter                     due scheduled jobs -> ready (with QueueOptions only)

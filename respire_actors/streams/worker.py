@@ -1,10 +1,11 @@
 """Stream workers: supervised consumers of streams the application owns.
 
 A stream worker runs the same actors as a job worker (admission-sized reads, a non-claiming
-blocking wait, runners with lease-owned cancel scopes, batched fenced completion, startup replay
-and bounded recovery); only the atomic steps differ (:class:`StreamSource`). Handlers receive
-raw entries and return ``ACK`` (or ``None``, or any plain value), ``NACK`` or
-``DeadLetter(reason, detail=...)``; the detail is validated but not stored for stream workers.
+blocking wait, runners with lease-owned cancel scopes, a lease renewer, batched fenced
+completion, startup replay and bounded recovery); only the atomic steps differ
+(:class:`StreamSource`). Handlers receive raw entries and return ``ACK`` (or ``None``, or any
+plain value), ``NACK`` or ``DeadLetter(reason, detail=...)``; the detail is validated but not
+stored for stream workers.
 """
 
 from __future__ import annotations
@@ -27,10 +28,12 @@ from ..actors.runtime import QueueRuntime, check_handler
 from ..actors.source import (
     ClaimResult,
     ReadResult,
+    RenewItem,
     claim_result,
     create_group,
     deliveries_from_read,
     recreate_group,
+    renew_leases,
 )
 from ..actors.tree import ConsumerHost, consumer_supervisor
 from ..codecs import BytesCodec
@@ -81,8 +84,8 @@ class StreamWorkerOptions:
     concurrency:         handlers running at once (admission permits)
     batch_size:          most entries one read admits (also bounded by free permits)
     block:               longest blocking wait for new entries
-    visibility_timeout:  idle time after which another consumer may recover a delivery; also the
-                         handler's lease (it is cancelled when it runs out)
+    visibility_timeout:  idle time after which another consumer may recover a delivery (running
+                         deliveries are renewed, see ``renew_leases``)
     recovery:            run startup replay and periodic recovery (XAUTOCLAIM); turn it off only
                          when another process recovers this group's pending entries
     recovery_interval, recovery_page_size: cadence and page size of recovery passes
@@ -95,6 +98,11 @@ class StreamWorkerOptions:
                          (default: stop with ConsumerGroupMissing), ``"$"`` or an entry id
     recovery_max_pages:  most recovery pages per pass (then the pass yields to reads)
     consumer_idle_timeout: remove other consumers idle this long with nothing pending (None: never)
+    renew_leases:        (default True) renew running deliveries' visibility so a handler may run
+                         past the visibility timeout; it is cancelled only when its lease is
+                         really lost. False: the visibility timeout is a fixed lease
+    timeout:             execution budget of one handler call (None: none); when it runs out
+                         the handler is cancelled and the nack policy applies
     """
 
     group: str = "respire"
@@ -114,6 +122,8 @@ class StreamWorkerOptions:
     recreate_missing_group: str = "fail"
     recovery_max_pages: int = 4
     consumer_idle_timeout: timedelta | None = timedelta(days=1)
+    renew_leases: bool = True
+    timeout: timedelta | float | None = None
 
     def __post_init__(self) -> None:
         validate_name(self.group, what="consumer group")
@@ -136,6 +146,8 @@ class StreamWorkerOptions:
             recreate_missing_group=self.recreate_missing_group,
             recovery_max_pages=self.recovery_max_pages,
             consumer_idle_timeout=self.consumer_idle_timeout,
+            renew_leases=self.renew_leases,
+            timeout=self.timeout,
         )
 
 
@@ -143,7 +155,8 @@ class StreamEntry:
     """One delivery of a stream entry, as a stream handler sees it.
 
     ``id`` is the entry id, ``fields`` its field/value map (bytes), ``attempt`` its delivery
-    count. The handler runs in :attr:`cancel_scope`, cancelled when the lease runs out.
+    count. The handler runs in :attr:`cancel_scope`, cancelled when the lease is lost or the
+    execution budget ends (see docs/stream-workers.md).
     """
 
     __slots__ = ("cancel_scope", "delivery", "lease_lost", "stream")
@@ -226,6 +239,10 @@ class StreamSource:
             args += [c.delivery.entry_id, c.delivery.attempt, c.kind, c.reason]
         reply = await _COMPLETE(self.client, (self.stream_key, self.dead), args)
         return [int(s) for s in reply]
+
+    async def renew(self, consumer: str, items: Sequence[RenewItem]) -> list[int]:
+        """Renew running deliveries' visibility (``lease_renew``), one call for the batch."""
+        return await renew_leases(self.client, self.stream_key, self.group, consumer, items)
 
 
 def bind_entry(rt: QueueRuntime, delivery: Delivery) -> StreamEntry:

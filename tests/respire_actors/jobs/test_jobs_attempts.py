@@ -29,6 +29,12 @@ async def hang(job: Job[str]) -> Any:
     await anyio.sleep_forever()  # cancelled when the lease runs out: no outcome
 
 
+def hanging_options(**changes: Any) -> Any:
+    """A fixed lease (no renewal): a hung handler is cancelled when the visibility timeout runs
+    out, and recovery delivers its job again."""
+    return fast_options(renew_leases=False, **changes)
+
+
 async def test_explicit_dead_letter_records_the_deliveries_handled(
     client: RedisClient, queue: JobQueue[str]
 ) -> None:
@@ -41,7 +47,7 @@ async def test_explicit_dead_letter_records_the_deliveries_handled(
         return DeadLetter(detail="gave-up")
 
     await queue.enqueue("a", "x")
-    options = fast_options(delivery_limit=3, visibility_timeout=LEASE)
+    options = hanging_options(delivery_limit=3, visibility_timeout=LEASE)
     async with running_worker(client, queue.name, handler, options=options) as worker:
         await wait_until(lambda: worker.statistics(queue.name).dead_lettered == 1)
     assert calls == [1, 2]
@@ -77,7 +83,7 @@ async def test_hanging_until_the_limit_records_the_limit_not_one_more(
         await anyio.sleep_forever()
 
     await queue.enqueue("a", "x")
-    options = fast_options(delivery_limit=3, visibility_timeout=LEASE)
+    options = hanging_options(delivery_limit=3, visibility_timeout=LEASE)
     async with running_worker(client, queue.name, handler, options=options) as worker:
         stats = worker.statistics(queue.name)
         await wait_until(lambda: stats.dead_lettered_by_recovery == 1, timeout=20)
@@ -103,7 +109,7 @@ async def test_durable_retries_then_hangs_count_every_handled_delivery(
 
     await queue.enqueue("a", "x")
     qo = sched_options(retry_backoff=timedelta(milliseconds=1))
-    options = fast_options(delivery_limit=3, visibility_timeout=LEASE)
+    options = hanging_options(delivery_limit=3, visibility_timeout=LEASE)
     async with scheduling_worker(
         client, queue.name, handler, queue_options=qo, options=options
     ) as worker:

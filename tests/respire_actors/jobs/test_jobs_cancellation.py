@@ -1,8 +1,12 @@
-"""When a handler sees cancellation (docs/job-queue.md, "Cancellation"): its scope's deadline is
-the lease; code blocked without an await is not interrupted (its late outcome only counts if the
-fence still holds); progress and log calls after the deadline raise cancellation instead of
-returning False. (A fenced call that finds another delivery owns the job returns False:
-test_jobs_fencing.py.)"""
+"""When a handler sees cancellation (docs/job-queue.md, "Cancellation: when a handler sees it").
+
+With lease renewal (the default) a handler is cancelled only when its lease is really lost (the
+renewer or a fenced call finds another delivery owns the job) or its budget ends, never merely
+because the visibility timeout passed while this worker still owns the job. With renewal off the
+visibility timeout is a fixed deadline. Either way: code blocked without an await is not
+interrupted (its late outcome only counts if the fence still holds), and progress and log calls
+after a lease loss raise cancellation instead of returning False. (A fenced call that finds
+another delivery owns the job returns False: test_jobs_fencing.py.)"""
 
 from __future__ import annotations
 
@@ -25,16 +29,25 @@ LEASE = timedelta(milliseconds=300)
 PAST_THE_LEASE = 0.8  # seconds of blocking: always past the lease, which starts before the call
 
 
-def options() -> WorkerOptions:
+def options(*, renew: bool = True) -> WorkerOptions:
     # One runner, a short lease, and no recovery pass while the test looks (only the startup
     # replay, which finds nothing).
     return fast_options(
-        consumer_count=1, visibility_timeout=LEASE, recovery_interval=timedelta(seconds=60)
+        consumer_count=1,
+        visibility_timeout=LEASE,
+        recovery_interval=timedelta(seconds=60),
+        renew_leases=renew,
     )
 
 
+async def steal(client: RedisClient, queue: JobQueue[str], entry_id: str) -> None:
+    """Another consumer takes the delivery over, as another worker's recovery would."""
+    claimed = await client.execute("XCLAIM", queue.keys.ready, CONSUMER_GROUP, "thief", 0, entry_id)
+    assert len(claimed) == 1
+
+
 @pytest.mark.parametrize("call", ["log", "progress"])
-async def test_report_after_the_lease_deadline_raises_cancellation(
+async def test_without_renewal_a_report_after_the_lease_deadline_raises_cancellation(
     client: RedisClient, queue: JobQueue[str], call: str
 ) -> None:
     enqueued = await queue.enqueue("j", "x")
@@ -50,7 +63,8 @@ async def test_report_after_the_lease_deadline_raises_cancellation(
             raise
         return ACK
 
-    async with running_worker(client, queue.name, handler, options=options()) as worker:
+    opts = options(renew=False)
+    async with running_worker(client, queue.name, handler, options=opts) as worker:
         stats = worker.statistics(queue.name)
         await wait_until(lambda: stats.leases_lost == 1)
         consumer = worker.consumer_name(queue.name)
@@ -89,7 +103,7 @@ async def test_blocking_handler_is_not_interrupted_and_its_late_outcome_is_fence
     assert await all_events(client, queue.keys) == []  # the fence rejected the late ACK
 
 
-async def test_thread_work_is_not_interrupted_and_cancellation_comes_at_the_next_checkpoint(
+async def test_without_renewal_thread_work_is_not_interrupted_and_cancelled_at_the_checkpoint(
     client: RedisClient, queue: JobQueue[str]
 ) -> None:
     enqueued = await queue.enqueue("j", "x")
@@ -106,7 +120,7 @@ async def test_thread_work_is_not_interrupted_and_cancellation_comes_at_the_next
             raise
         return ACK
 
-    async with running_worker(client, queue.name, handler, options=options()) as worker:
+    async with running_worker(client, queue.name, handler, options=options(renew=False)) as worker:
         stats = worker.statistics(queue.name)
         await wait_until(lambda: stats.leases_lost == 1)
         consumer = worker.consumer_name(queue.name)
@@ -114,3 +128,120 @@ async def test_thread_work_is_not_interrupted_and_cancellation_comes_at_the_next
 
     assert seen == ["thread finished", "cancelled"]
     assert await pending_rows(client, queue.keys) == [(enqueued.entry_id, consumer, 1)]
+
+
+@pytest.mark.parametrize("call", ["log", "progress"])
+async def test_with_renewal_a_blocked_handler_past_the_visibility_timeout_keeps_its_job(
+    client: RedisClient, queue: JobQueue[str], call: str
+) -> None:
+    """The event loop stalls past the visibility timeout, but nobody took the job: the lease
+    is not lost, the report is written and the job completes once."""
+    await queue.enqueue("j", "x")
+    seen: list[object] = []
+
+    async def handler(job: Job[str]) -> Outcome:
+        time.sleep(PAST_THE_LEASE)  # noqa: ASYNC251 - blocking on purpose
+        seen.append(await (job.log("late") if call == "log" else job.report_progress(10)))
+        await anyio.sleep(0.2)  # a checkpoint after the stall: the renewer confirms the lease
+        return ACK
+
+    async with running_worker(client, queue.name, handler, options=options()) as worker:
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.acked == 1)
+        assert stats.leases_lost == 0
+
+    assert seen == [True]
+    kinds = [e.kind for e in await all_events(client, queue.keys)]
+    assert kinds == (["completed"] if call == "log" else ["progress", "completed"])
+    assert await pending_rows(client, queue.keys) == []
+
+
+async def test_with_renewal_a_report_after_a_lost_lease_raises_cancellation(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """The renewer finds another consumer owns the job and cancels the scope: the handler's
+    next report raises cancellation (it does not return False, and writes nothing)."""
+    enqueued = await queue.enqueue("j", "x")
+    started, lost = anyio.Event(), anyio.Event()
+    seen: list[object] = []
+
+    async def handler(job: Job[str]) -> Outcome:
+        started.set()
+        with anyio.CancelScope(shield=True):  # wait here until the test saw the loss
+            await lost.wait()
+        try:
+            seen.append(await job.log("after the loss"))
+        except anyio.get_cancelled_exc_class():
+            seen.append("cancelled")
+            raise
+        return ACK
+
+    async with running_worker(client, queue.name, handler, options=options()) as worker:
+        stats = worker.statistics(queue.name)
+        with anyio.fail_after(10):
+            await started.wait()
+        await steal(client, queue, enqueued.entry_id)
+        await wait_until(lambda: stats.leases_lost == 1)
+        lost.set()
+        await wait_until(lambda: seen != [])
+        assert stats.acked == stats.stale_completions == 0
+
+    assert seen == ["cancelled"]
+    assert await queue.get_logs("j") == []
+    assert await pending_rows(client, queue.keys) == [(enqueued.entry_id, "thief", 2)]
+
+
+async def test_with_renewal_thread_work_past_the_visibility_timeout_completes(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """A thread keeps the event loop free, so the renewer keeps the lease: nothing is cancelled."""
+    await queue.enqueue("j", "x")
+    seen: list[str] = []
+
+    async def handler(job: Job[str]) -> Outcome:
+        await anyio.to_thread.run_sync(time.sleep, PAST_THE_LEASE)
+        seen.append("thread finished")
+        assert await job.log("done")
+        seen.append("logged")
+        return ACK
+
+    async with running_worker(client, queue.name, handler, options=options()) as worker:
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.acked == 1)
+        assert stats.leases_lost == 0 and stats.leases_renewed >= 2
+
+    assert seen == ["thread finished", "logged"]
+    assert await queue.get_logs("j") == ["done"]
+
+
+async def test_with_renewal_a_lease_lost_during_thread_work_cancels_at_the_next_checkpoint(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    enqueued = await queue.enqueue("j", "x")
+    in_thread = anyio.Event()
+    seen: list[str] = []
+
+    async def handler(job: Job[str]) -> Outcome:
+        in_thread.set()
+        try:
+            await anyio.to_thread.run_sync(time.sleep, PAST_THE_LEASE)
+            seen.append("thread finished")
+            await job.log("done")
+            seen.append("logged")
+        except anyio.get_cancelled_exc_class():
+            seen.append("cancelled")
+            raise
+        return ACK
+
+    async with running_worker(client, queue.name, handler, options=options()) as worker:
+        stats = worker.statistics(queue.name)
+        with anyio.fail_after(10):
+            await in_thread.wait()
+        await steal(client, queue, enqueued.entry_id)
+        await wait_until(lambda: stats.leases_lost == 1)
+        await wait_until(lambda: seen != [] and seen[-1] == "cancelled")
+        assert stats.acked == 0
+
+    assert seen == ["thread finished", "cancelled"]
+    assert await queue.get_logs("j") == []
+    assert await pending_rows(client, queue.keys) == [(enqueued.entry_id, "thief", 2)]

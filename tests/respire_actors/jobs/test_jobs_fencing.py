@@ -133,7 +133,8 @@ async def test_handler_past_its_lease_is_cancelled_and_the_job_completed_once(
 
         return handler
 
-    options = fast_options(consumer_count=1, visibility_timeout=FAST)
+    # the fixed lease (no renewal): the visibility timeout is the handler's deadline
+    options = fast_options(consumer_count=1, visibility_timeout=FAST, renew_leases=False)
     async with running_worker(client, queue.name, handler_for("a"), options=options) as a:
         await wait_until(lambda: a.statistics(queue.name).started == 1)
         async with running_worker(client, queue.name, handler_for("b"), options=options) as b:

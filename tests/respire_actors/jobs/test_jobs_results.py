@@ -300,7 +300,9 @@ async def test_a_job_dead_lettered_by_recovery_is_reported_from_its_event(
     async def handler(job: Job[str]) -> Any:
         await anyio.sleep_forever()  # cancelled when the lease runs out
 
-    options = fast_options(keep_results=60, delivery_limit=1, visibility_timeout=0.3)
+    options = fast_options(
+        keep_results=60, delivery_limit=1, visibility_timeout=0.3, renew_leases=False
+    )
     async with anyio.create_task_group() as tg:
         tg.start_soon(wait)
         await anyio.sleep(0.2)

@@ -361,6 +361,16 @@ async def test_stable_and_default_consumer_names(client: RedisClient, unique_nam
         {"consumer_name": "a{b}"},
         {"consumer_name": " "},
         {"telemetry_name": "{x}"},
+        {"renew_leases": 1},
+        {"renew_leases": None},
+        {"timeout": 0},
+        {"timeout": -0.5},
+        {"timeout": float("inf")},
+        {"timeout": "30"},
+        {"timeout": timedelta(milliseconds=2**31)},
+        # without renewal the lease (the visibility timeout) would end before the budget
+        {"renew_leases": False, "timeout": 121},
+        {"renew_leases": False, "visibility_timeout": 1, "timeout": timedelta(seconds=2)},
     ],
 )
 def test_invalid_worker_options(changes: dict[str, Any]) -> None:
@@ -394,6 +404,10 @@ def test_option_boundaries_are_accepted() -> None:
         visibility_timeout=timedelta(milliseconds=10),
     )
     WorkerOptions(delivery_limit=None)
+    # with renewal a budget may exceed the visibility timeout; without, it may equal it
+    assert WorkerOptions(visibility_timeout=1, timeout=3600).timeout_ms == 3_600_000
+    assert WorkerOptions(renew_leases=False, visibility_timeout=1, timeout=1).timeout_ms == 1000
+    assert WorkerOptions().timeout_ms == 0 and WorkerOptions().renew_leases
     LogPolicy(max_lines=1000, max_line_bytes=16384, retention=timedelta(milliseconds=2**31 - 1))
 
 

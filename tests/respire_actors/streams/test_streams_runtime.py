@@ -53,7 +53,8 @@ async def test_handler_running_past_the_visibility_timeout_is_cancelled(
                 raise
         return ACK
 
-    options = fast_options(visibility_timeout=FAST)
+    # the fixed lease (no renewal): the visibility timeout is the handler's deadline
+    options = fast_options(visibility_timeout=FAST, renew_leases=False)
     async with running(client, stream, handler, options) as worker:
         await wait_until(lambda: stats(worker, stream).acked == 1)
         s = stats(worker, stream)

@@ -1,0 +1,47 @@
+"""The lease renewer's pure decisions: its cadence, which leases have expired, when it wakes."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from respire_actors.actors.messages import Delivery
+from respire_actors.actors.renewer import MIN_RENEW_INTERVAL, expired, next_wake, renew_interval
+from respire_actors.actors.runtime import Lease
+from respire_actors.actors.source import renew_item
+
+pytestmark = pytest.mark.anyio  # a CancelScope needs a running event loop
+
+
+def lease(
+    confirmed_at: float, *, lost: bool = False, fields: dict[bytes, bytes] | None = None
+) -> Lease:
+    return Lease(
+        Delivery("1-1", fields or {}, 3), object(), anyio.CancelScope(), confirmed_at, lost
+    )
+
+
+def test_the_cadence_is_a_third_of_the_visibility_timeout_with_a_floor() -> None:
+    assert renew_interval(120.0) == 40.0
+    assert renew_interval(0.3) == pytest.approx(0.1)
+    assert renew_interval(0.01) == pytest.approx(0.01 / 3)  # the 10 ms minimum visibility
+    assert renew_interval(0.006) == MIN_RENEW_INTERVAL
+
+
+async def test_a_lease_expires_a_whole_visibility_timeout_after_its_last_confirmation() -> None:
+    fresh, due, old, gone = lease(9.5), lease(9.0), lease(1.0), lease(1.0, lost=True)
+    assert expired([fresh, due, old, gone], now=10.0, visibility=1.0) == [due, old]
+    assert expired([fresh], now=10.49, visibility=1.0) == []
+
+
+async def test_the_renewer_wakes_early_for_a_lease_about_to_expire() -> None:
+    assert next_wake([], now=10.0, visibility=3.0, interval=1.0) == 11.0
+    assert next_wake([lease(9.0)], now=10.0, visibility=3.0, interval=1.0) == 11.0
+    assert next_wake([lease(7.5)], now=10.0, visibility=3.0, interval=1.0) == 10.5
+    assert next_wake([lease(7.5, lost=True)], now=10.0, visibility=3.0, interval=1.0) == 11.0
+
+
+async def test_a_renewal_item_carries_the_job_group_or_nothing() -> None:
+    assert renew_item(lease(0).delivery) == ("1-1", 3, "")
+    grouped = lease(0, fields={b"_respire.job.group": b"tenant-7"})
+    assert renew_item(grouped.delivery) == ("1-1", 3, "tenant-7")
