@@ -6,9 +6,10 @@ import logging
 from collections.abc import Sequence
 
 from ..actors._util import text
-from ..actors.messages import Completion, Delivery
+from ..actors.messages import Completion
 from ..actors.options import RateLimit
 from ..actors.source import (
+    MAX_RENEW_BATCH,
     ClaimResult,
     PromotionResult,
     ReadResult,
@@ -16,7 +17,6 @@ from ..actors.source import (
     claim_result,
     deliveries_from_read,
     group_missing,
-    renew_leases,
 )
 from ..errors import ConfigurationError, PermissionDenied, ServerError, ServerLoading
 from ..keys import JobQueueKeys
@@ -35,7 +35,7 @@ _RATE_POLICY = load("job_rate_policy")
 _JOB_FINISH = load("job_finish")
 _JOB_SELECT = load("job_select")
 _GROUP_RELEASE = load("job_group_release")
-_GROUP_RENEW = load("job_group_renew")
+_LEASE_RENEW = load("job_lease_renew")
 MAX_GROUP_VISITS = 64
 """Most group visits one read makes (each visit is one rotation turn)."""
 REFUSED = -1
@@ -250,19 +250,6 @@ class JobSource:
                 statuses[i] = int(status)
         return statuses
 
-    async def renew_group_leases(self, consumer: str, deliveries: Sequence[Delivery]) -> list[int]:
-        """Renew the group leases of running grouped deliveries in one call
-        (``job_group_renew``): 1 renewed, 0 lost, per delivery in order (the lease renewer's
-        step; ungrouped deliveries must not be passed)."""
-        args: list[Arg] = [consumer]
-        for d in deliveries:
-            args += [d.entry_id, d.attempt, d.fields.get(b"_respire.job.group", b"")]
-        k = self.keys
-        reply = await _GROUP_RENEW(
-            self.client, (k.group_leases, k.group_owners, k.group_policy), args
-        )
-        return [int(x) for x in reply]
-
     async def _finish(
         self,
         consumer: str,
@@ -319,10 +306,21 @@ class JobSource:
                 statuses[i] = int(reply)
 
     async def renew(self, consumer: str, items: Sequence[RenewItem]) -> list[int]:
-        """Renew running deliveries' visibility (``lease_renew``: fenced XCLAIM ... JUSTID),
-        one call for the batch; 1 renewed, 0 lost, 2 body deleted, per item. Each item's job
-        group (third element) is where group leases will be renewed too, in the same pass."""
-        return await renew_leases(self.client, self.keys.ready, self.group, consumer, items)
+        """Renew running deliveries in one call (``job_lease_renew``): for each, the fence,
+        then the group concurrency lease of a grouped job, then its visibility (XCLAIM ...
+        JUSTID). 1 renewed, 0 lost (fence or group lease), 2 body deleted, per item."""
+        if not items:
+            return []
+        if len(items) > MAX_RENEW_BATCH:
+            raise ValueError(f"at most {MAX_RENEW_BATCH} leases per renewal call, got {len(items)}")
+        args: list[Arg] = [self.group, consumer, len(items)]
+        for entry_id, attempt, group in items:
+            args += [entry_id, attempt, group]
+        k = self.keys
+        reply = await _LEASE_RENEW(
+            self.client, (k.ready, k.group_leases, k.group_owners, k.group_policy), args
+        )
+        return [int(x) for x in reply]
 
     async def promote(self, batch_size: int) -> PromotionResult:
         """One promotion pass (``job_promote``): at most ``batch_size`` due jobs become ready.

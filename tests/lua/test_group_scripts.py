@@ -1,6 +1,6 @@
 """Contracts of the application-group scripts (job_schedule_group, job_select, the lease
 release/renewal in job_complete / job_retry / job_claim_pending / job_group_release /
-job_group_renew, and job_group_admin), driven through JobQueue and JobSource on real servers.
+job_lease_renew, and job_group_admin), driven through JobQueue and JobSource on real servers.
 
 "Visit" below is one rotation turn; each read here admits one job (count 1), so every read is
 one visit when all groups have due, live, equal-priority jobs.
@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from respire_actors.actors.messages import Completion, Delivery
+from respire_actors.actors.source import renew_item
 from respire_actors.codecs import StrCodec
 from respire_actors.errors import ValidationError
 from respire_actors.jobs import JobEnqueueOptions, JobQueue, RateLimit
@@ -308,8 +309,8 @@ async def test_expired_lease_frees_its_permit_and_recovery_takes_a_new_lease(
     assert recovered.entry_id == first.entry_id and recovered.attempt == 2
     # the stale worker's release cannot free the replacement's permit
     assert await src.complete("crashed", [Completion(first, "release")]) == [0]
-    assert await src.renew_group_leases("crashed", [first]) == [0]
-    assert await src.renew_group_leases("c3", [recovered]) == [1]
+    assert await src.renew("crashed", [renew_item(first)]) == [0]
+    assert await src.renew("c3", [renew_item(recovered)]) == [1]
     assert (await queue.get_group("a")).running == 1
     assert await take(src, "c2", 3) == []
 
@@ -417,13 +418,13 @@ async def test_renew_extends_only_the_owners_lease(client: RedisClient, unique_n
 
     before = await expiry()
     await queue.set_group_options("a", lease_duration=timedelta(seconds=50))
-    assert await src.renew_group_leases("c1", [d]) == [1]
+    assert await src.renew("c1", [renew_item(d)]) == [1]
     assert await expiry() >= before + 40_000  # the group's current lease duration
     other = Delivery(d.entry_id, d.fields, 1)
-    assert await src.renew_group_leases("c2", [other]) == [0]
-    assert await src.renew_group_leases("c1", [Delivery(d.entry_id, d.fields, 2)]) == [0]
+    assert await src.renew("c2", [renew_item(other)]) == [0]
+    assert await src.renew("c1", [renew_item(Delivery(d.entry_id, d.fields, 2))]) == [0]
     assert await src.complete("c1", [Completion(d, "ack")]) == [1]
-    assert await src.renew_group_leases("c1", [d]) == [0]  # released: lost
+    assert await src.renew("c1", [renew_item(d)]) == [0]  # released: lost
 
 
 @pytest.mark.parametrize(
@@ -437,14 +438,61 @@ async def test_renew_and_release_refuse_malformed_batches(
     from respire_actors.redis.scripts import load
 
     keys = JobQueueKeys(unique_name)
-    with pytest.raises(ScriptError):
-        await load("job_group_renew")(
-            client, (keys.group_leases, keys.group_owners, keys.group_policy), args
-        )
     if args[2] != "0":
         with pytest.raises(ScriptError):
             await load("job_group_release")(client, keys.lease_keys, args)
     assert await client.execute("KEYS", f"*{unique_name}*") == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("c1", "1"),  # n without its triple
+        ("c1", "1", "1-0", "1"),  # a pair, not a triple
+        ("c1", "1", "1-0", "0", "g"),  # attempt 0
+        ("c1", "1", "x", "1", "g"),  # not an entry id
+        ("c1", "1001"),  # over the batch limit
+    ],
+)
+async def test_lease_renewal_refuses_malformed_batches(
+    client: RedisClient, unique_name: str, args: tuple[str, ...]
+) -> None:
+    from respire_actors.errors import ScriptError
+    from respire_actors.redis.scripts import load
+
+    keys = JobQueueKeys(unique_name)
+    with pytest.raises(ScriptError):
+        await load("job_lease_renew")(
+            client,
+            (keys.ready, keys.group_leases, keys.group_owners, keys.group_policy),
+            ("respire", *args),
+        )
+    assert await client.execute("KEYS", f"*{unique_name}*") == []
+
+
+async def test_a_lost_group_lease_is_not_renewed_and_leaves_the_delivery_idle(
+    client: RedisClient, unique_name: str
+) -> None:
+    """The fence holds but the group's concurrency lease is gone (taken over after expiry):
+    renewal reports the lease lost and does not reset the entry's idle time, so the delivery is
+    recovered one visibility timeout after its last renewal."""
+    queue = JobQueue(client, unique_name, StrCodec())
+    await stage(queue, "a", 1)
+    src = source(client, unique_name)
+    await src.ensure_group("fail")
+    (d,) = await take(src)
+    assert await src.renew("c1", [renew_item(d)]) == [1]
+    await anyio.sleep(0.05)
+    member = b"00000001a" + d.entry_id.encode()
+    assert await client.execute("HDEL", src.keys.group_owners, member) == 1
+    assert await src.renew("c1", [renew_item(d)]) == [0]
+    (row,) = await client.execute("XPENDING", src.keys.ready, "respire", "-", "+", 10)
+    assert int(row[2]) >= 50  # idle time kept growing: not claimed
+    # an ungrouped delivery in the same batch is renewed as usual
+    ungrouped = Delivery(
+        d.entry_id, {k: v for k, v in d.fields.items() if k != b"_respire.job.group"}, d.attempt
+    )
+    assert await src.renew("c1", [renew_item(ungrouped)]) == [1]
 
 
 async def test_groups_with_only_future_jobs_are_not_rescanned(
