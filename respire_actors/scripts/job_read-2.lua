@@ -29,16 +29,8 @@
 
 local ready, control = KEYS[1], KEYS[2]
 local group, consumer = ARGV[1], ARGV[2]
-local count = tonumber(ARGV[3])
-if not count or count < 1 or count > 1000 then
-  return redis.error_reply('RESPIRE_ARGUMENT read count out of range')
-end
-local mode, merr = respire_ack_mode(ready, group, ARGV[4] or 'ack')
-if not mode then return merr end
-local min_idle = tonumber(ARGV[5] or '0')
-if not min_idle or min_idle < 0 then
-  return redis.error_reply('RESPIRE_ARGUMENT minimum idle time out of range')
-end
+local count, mode, min_idle = respire_read_args(ready, group, ARGV[3], ARGV[4], ARGV[5])
+if not count then return mode end
 local status, allowed, window = respire_admit(control, count)
 if status == 'paused' then return {'paused'} end
 if status == 'limited' then return {'limited', allowed} end

@@ -23,19 +23,8 @@
 local scheduled, due, dedup = KEYS[1], KEYS[2], KEYS[3]
 local window, delay = tonumber(ARGV[1]), tonumber(ARGV[2])
 local priority, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
-local max = 2147483647
-if not window or window < 1 or window > max or window % 1 ~= 0 then
-  return redis.error_reply('RESPIRE_ARGUMENT deduplication window out of range')
-end
-if not delay or delay < 0 or delay > max or delay % 1 ~= 0 then
-  return redis.error_reply('RESPIRE_ARGUMENT delay out of range')
-end
-if not priority or priority < -max - 1 or priority > max or priority % 1 ~= 0 then
-  return redis.error_reply('RESPIRE_ARGUMENT priority must be a 32-bit integer')
-end
-if not ttl or ttl < 0 or ttl > max or ttl % 1 ~= 0 then
-  return redis.error_reply('RESPIRE_ARGUMENT time to live out of range')
-end
+local arg_err = respire_check_schedule_args(window, delay, priority, ttl)
+if arg_err then return arg_err end
 local existing = redis.call('GET', dedup)
 if existing then return {existing, 0} end
 local err = respire_preflight(

@@ -49,16 +49,8 @@ local ready, control, scheduled = KEYS[1], KEYS[2], KEYS[3]
 local order, jobs, cursor_key = KEYS[4], KEYS[5], KEYS[6]
 local policy, owners, leases, parked = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
 local group, consumer = ARGV[1], ARGV[2]
-local count = tonumber(ARGV[3])
-if not count or count < 1 or count > 1000 then
-  return redis.error_reply('RESPIRE_ARGUMENT read count out of range')
-end
-local mode, merr = respire_ack_mode(ready, group, ARGV[4] or 'ack')
-if not mode then return merr end
-local min_idle = tonumber(ARGV[5] or '0')
-if not min_idle or min_idle < 0 then
-  return redis.error_reply('RESPIRE_ARGUMENT minimum idle time out of range')
-end
+local count, mode, min_idle = respire_read_args(ready, group, ARGV[3], ARGV[4], ARGV[5])
+if not count then return mode end
 local batch, max_visits = tonumber(ARGV[6]), tonumber(ARGV[7])
 if not batch or batch < 1 or batch > 256 or batch % 1 ~= 0 or not max_visits
    or max_visits < 1 or max_visits > 10000 or max_visits % 1 ~= 0 then

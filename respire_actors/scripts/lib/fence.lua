@@ -56,6 +56,24 @@ local function respire_ack_mode(ready, group, requested)
   return nil, redis.error_reply('RESPIRE_NOPERM the ACL user may not run XACKDEL on ' .. ready)
 end
 
+-- The arguments job_read and job_select share: how many entries to admit (1 .. 1000), the
+-- acknowledgement ('ack' or 'delete', see respire_ack_mode) and the minimum idle time (ms) of
+-- an entry recovery should claim first. Returns count, concrete mode, min_idle; or nil and the
+-- error reply to return.
+local function respire_read_args(ready, group, count_arg, ack_arg, idle_arg)
+  local count = tonumber(count_arg)
+  if not count or count < 1 or count > 1000 then
+    return nil, redis.error_reply('RESPIRE_ARGUMENT read count out of range')
+  end
+  local mode, merr = respire_ack_mode(ready, group, ack_arg or 'ack')
+  if not mode then return nil, merr end
+  local min_idle = tonumber(idle_arg or '0')
+  if not min_idle or min_idle < 0 then
+    return nil, redis.error_reply('RESPIRE_ARGUMENT minimum idle time out of range')
+  end
+  return count, mode, min_idle
+end
+
 -- The ACL probes an acknowledgement in `mode` needs (appended to a preflight list).
 local function respire_ack_probes(probes, ready, group, mode)
   probes[#probes + 1] = {'XACK', ready, group, '0-1'}

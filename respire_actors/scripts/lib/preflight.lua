@@ -31,3 +31,23 @@ local function respire_preflight(types, perms)
   end
   return nil
 end
+
+-- Arguments of a scheduled enqueue (job_schedule, job_schedule_group), as numbers: the
+-- deduplication window (1 .. 2^31-1 ms), delay and time to live (0 .. 2^31-1 ms) and a 32-bit
+-- priority. Returns nil, or the RESPIRE_ARGUMENT error to return.
+local function respire_check_schedule_args(window, delay, priority, ttl)
+  local max = 2147483647
+  if not window or window < 1 or window > max or window % 1 ~= 0 then
+    return redis.error_reply('RESPIRE_ARGUMENT deduplication window out of range')
+  end
+  if not delay or delay < 0 or delay > max or delay % 1 ~= 0 then
+    return redis.error_reply('RESPIRE_ARGUMENT delay out of range')
+  end
+  if not priority or priority < -max - 1 or priority > max or priority % 1 ~= 0 then
+    return redis.error_reply('RESPIRE_ARGUMENT priority must be a 32-bit integer')
+  end
+  if not ttl or ttl < 0 or ttl > max or ttl % 1 ~= 0 then
+    return redis.error_reply('RESPIRE_ARGUMENT time to live out of range')
+  end
+  return nil
+end
