@@ -270,3 +270,16 @@ async def test_an_idle_connection_closed_by_the_server_is_replaced_before_sendin
     assert await client.execute("INCR", key) == 2  # ran once, on a new connection
     assert client.statistics().connections_opened == opened + 1
     await client.execute("DEL", key)
+
+
+async def test_a_command_larger_than_the_socket_buffer_is_written_whole(
+    client: RedisClient, unique_name: str
+) -> None:
+    """An 8 MiB command takes several socket writes (and the reply several reads); the
+    commands after it follow intact."""
+    key = f"{unique_name}:big"
+    value = bytes(range(256)) * (32 * 1024)  # 8 MiB
+    assert await client.execute("SET", key, value) == b"OK"
+    assert await client.execute("STRLEN", key) == len(value)
+    assert await client.execute("GET", key) == value
+    assert await client.execute("DEL", key) == 1
