@@ -27,20 +27,10 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+from _common import cleanup
 
 from respire_actors import BytesCodec, JobQueue, connect
 from respire_actors.embedded import EmbeddedConfig, open_embedded_server
-
-
-async def _cleanup(client: Any, queue: JobQueue[bytes]) -> None:
-    cursor = 0
-    pattern = queue.keys.base.replace("{", "[{]").replace("}", "[}]") + "*"
-    while True:
-        cursor, keys = await client.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
-        if keys:
-            await client.execute("UNLINK", *keys)
-        if int(cursor) == 0:
-            return
 
 
 async def _evalsha_stats(client: Any) -> tuple[int, int]:
@@ -88,7 +78,7 @@ async def bench(url: str, n: int) -> dict[str, float]:
         t = time.perf_counter()
         await q.enqueue_many((f"p{i}", b"x") for i in range(n))
         out["enqueue_many, pipelined (jobs/s)"] = n / (time.perf_counter() - t)
-        await _cleanup(client, q)
+        await cleanup(client, q)
     return out
 
 

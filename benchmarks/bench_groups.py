@@ -11,14 +11,11 @@ round trips are counted on the worker's client while it drains.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
 import anyio
+from _common import cleanup, print_table, run_benchmark
 
 from respire_actors import (
     ACK,
@@ -31,18 +28,6 @@ from respire_actors import (
     WorkerOptions,
     connect,
 )
-from respire_actors.embedded import EmbeddedConfig, open_embedded_server
-
-
-async def _cleanup(client, queue: JobQueue[bytes]) -> None:
-    cursor = 0
-    pattern = queue.keys.base.replace("{", "[{]").replace("}", "[}]") + "*"
-    while True:
-        cursor, keys = await client.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
-        if keys:
-            await client.execute("UNLINK", *keys)
-        if int(cursor) == 0:
-            return
 
 
 async def bench_groups(url: str, n: int, groups: int, concurrency: int) -> tuple[float, float]:
@@ -86,7 +71,7 @@ async def bench_groups(url: str, n: int, groups: int, concurrency: int) -> tuple
                 trips = client.round_trips - before
                 await worker.stop()
                 tg.cancel_scope.cancel()
-        await _cleanup(producer, q)
+        await cleanup(producer, q)
     return n / elapsed, trips / n
 
 
@@ -97,32 +82,12 @@ async def run(url: str, jobs: int) -> None:
         rows.append(
             (f"grouped, {groups:,} groups", f"{rate:,.0f} jobs/s, {trips:.2f} round trips/job")
         )
-    width = max(len(r[0]) for r in rows)
-    print(f"{'measure':<{width}}  result")
-    print(f"{'-' * width}  {'-' * 40}")
-    for name, value in rows:
-        print(f"{name:<{width}}  {value}")
+    print_table(rows)
 
 
-async def main(args: argparse.Namespace) -> None:
-    if args.redis_url:
-        await run(args.redis_url, args.jobs)
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        async with open_embedded_server(
-            EmbeddedConfig(data_dir=Path(tmp), persistent=False)
-        ) as url:
-            await run(url, args.jobs)
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobs", type=int, default=20000)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--redis-url", default=os.environ.get("RESPIRE_REDIS_URL"))
-    parser.add_argument("--backend", choices=("trio", "asyncio"), default="trio")
-    parser.add_argument("--jobs", type=int, default=20000)
-    a = parser.parse_args()
-    print(
-        f"machine: {platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, backend {a.backend}"
-    )
-    anyio.run(main, a, backend=a.backend)
+    run_benchmark(__doc__, lambda url, a: run(url, a.jobs), _options)

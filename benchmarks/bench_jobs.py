@@ -9,15 +9,12 @@ the real runtime: fencing, completion events and admission are on.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
-import tempfile
 import time
 import uuid
-from pathlib import Path
 
 import anyio
+from _common import cleanup, print_table, run_benchmark
 
 from respire_actors import (
     ACK,
@@ -29,25 +26,7 @@ from respire_actors import (
     WorkerOptions,
     connect,
 )
-from respire_actors.embedded import EmbeddedConfig, open_embedded_server
 from respire_actors.jobs.source import JobSource
-
-
-async def _cleanup(client, queue: JobQueue[bytes]) -> None:
-    cursor = 0
-    while True:
-        cursor, keys = await client.execute(
-            "SCAN",
-            cursor,
-            "MATCH",
-            queue.keys.base.replace("{", "[{]").replace("}", "[}]") + "*",
-            "COUNT",
-            1000,
-        )
-        if keys:
-            await client.execute("UNLINK", *keys)
-        if int(cursor) == 0:
-            return
 
 
 async def bench_enqueue(client, n: int) -> tuple[float, float]:
@@ -60,7 +39,7 @@ async def bench_enqueue(client, n: int) -> tuple[float, float]:
     t = time.perf_counter()
     await q.enqueue_many((f"p{i}", b"x") for i in range(n))
     piped_rate = n / (time.perf_counter() - t)
-    await _cleanup(client, q)
+    await cleanup(client, q)
     return single_rate, piped_rate
 
 
@@ -133,7 +112,7 @@ async def bench_process(
             SERVER_USEC_PER_JOB[concurrency] = (await server_usec(client) - usec_before) / n
         await worker.stop()
         tg.cancel_scope.cancel()
-    await _cleanup(client, q)
+    await cleanup(client, q)
     return n / elapsed, trips / n
 
 
@@ -149,7 +128,7 @@ async def bench_promotion(client, n: int, batch: int) -> tuple[float, float]:
         moved += (await source.promote(batch)).promoted
         passes += 1
     elapsed = time.perf_counter() - t
-    await _cleanup(client, q)
+    await cleanup(client, q)
     return n / elapsed, elapsed * 1000 / passes
 
 
@@ -176,7 +155,7 @@ async def bench_scheduled_process(client, n: int, concurrency: int) -> float:
         elapsed = time.perf_counter() - t
         await worker.stop()
         tg.cancel_scope.cancel()
-    await _cleanup(client, q)
+    await cleanup(client, q)
     return n / elapsed
 
 
@@ -208,7 +187,7 @@ async def bench_latency(client, rate: int, seconds: float) -> tuple[float, float
             await done.wait()
         await worker.stop()
         tg.cancel_scope.cancel()
-    await _cleanup(client, q)
+    await cleanup(client, q)
     ms = sorted(x * 1000 for x in latencies)
     return statistics.median(ms), ms[int(len(ms) * 0.99) - 1]
 
@@ -242,7 +221,7 @@ async def run(url: str, jobs: int) -> None:
         q = JobQueue(client, f"bench-{uuid.uuid4().hex[:8]}", BytesCodec())
         await q.enqueue_scheduled_many((f"e{i}", b"x") for i in range(jobs))
         staged_rate = jobs / (time.perf_counter() - t)
-        await _cleanup(client, q)
+        await cleanup(client, q)
         rows.append(("enqueue_scheduled_many (pipelined)", f"{staged_rate:,.0f} jobs/s"))
         for batch in (64, 256):
             rate, per_pass = await bench_promotion(client, jobs, batch)
@@ -261,32 +240,12 @@ async def run(url: str, jobs: int) -> None:
         )
         p50, p99 = await bench_latency(client, 500, 4)
         rows.append(("end-to-end latency at 500 jobs/s", f"p50 {p50:.2f} ms, p99 {p99:.2f} ms"))
-        width = max(len(r[0]) for r in rows)
-        print(f"{'measure':<{width}}  result")
-        print(f"{'-' * width}  {'-' * 40}")
-        for name, value in rows:
-            print(f"{name:<{width}}  {value}")
+        print_table(rows)
 
 
-async def main(args: argparse.Namespace) -> None:
-    if args.redis_url:
-        await run(args.redis_url, args.jobs)
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        async with open_embedded_server(
-            EmbeddedConfig(data_dir=Path(tmp), persistent=False)
-        ) as url:
-            await run(url, args.jobs)
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobs", type=int, default=20000)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--redis-url", default=os.environ.get("RESPIRE_REDIS_URL"))
-    parser.add_argument("--backend", choices=("trio", "asyncio"), default="trio")
-    parser.add_argument("--jobs", type=int, default=20000)
-    a = parser.parse_args()
-    print(
-        f"machine: {platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, backend {a.backend}"
-    )
-    anyio.run(main, a, backend=a.backend)
+    run_benchmark(__doc__, lambda url, a: run(url, a.jobs), _options)

@@ -13,19 +13,15 @@ tick scripts pipelined in one round trip).
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
-import tempfile
 import time
 import uuid
 from datetime import timedelta
-from pathlib import Path
 
 import anyio
+from _common import cleanup, print_table, run_benchmark
 
 from respire_actors import BytesCodec, JobQueue, connect
-from respire_actors.embedded import EmbeddedConfig, open_embedded_server
 from respire_actors.testing import FakeClock
 
 
@@ -39,17 +35,6 @@ async def _script_usec(client) -> int:
             fields = dict(p.split("=") for p in line.split(":", 1)[1].split(","))
             total += int(fields["usec"])
     return total
-
-
-async def _cleanup(client, queue: JobQueue[bytes]) -> None:
-    cursor = 0
-    pattern = queue.keys.base.replace("{", "[{]").replace("}", "[}]") + "*"
-    while True:
-        cursor, keys = await client.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
-        if keys:
-            await client.execute("UNLINK", *keys)
-        if int(cursor) == 0:
-            return
 
 
 async def _passes(client, scheduler, budget: int, until_enqueued: int | None, count: int):
@@ -116,33 +101,15 @@ async def run(url: str, n: int, budget: int) -> None:
                 ("idle pass round trips", f"{min(idle_trips)}-{max(idle_trips)}"),
                 ("idle pass server script ms", _summary([u / 1000 for u in idle_usecs])),
             ]
-            width = max(len(r[0]) for r in rows)
-            for name, value in rows:
-                print(f"{name:<{width}}  {value}")
+            print_table(rows)
         finally:
-            await _cleanup(client, queue)
+            await cleanup(client, queue)
 
 
-async def main(args: argparse.Namespace) -> None:
-    if args.redis_url:
-        await run(args.redis_url, args.schedules, args.budget)
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        async with open_embedded_server(
-            EmbeddedConfig(data_dir=Path(tmp), persistent=False)
-        ) as url:
-            await run(url, args.schedules, args.budget)
+def _options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--schedules", type=int, default=10_000)
+    parser.add_argument("--budget", type=int, default=256)
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--redis-url", default=os.environ.get("RESPIRE_REDIS_URL"))
-    parser.add_argument("--backend", choices=("trio", "asyncio"), default="trio")
-    parser.add_argument("--schedules", type=int, default=10_000)
-    parser.add_argument("--budget", type=int, default=256)
-    a = parser.parse_args()
-    print(
-        f"machine: {platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, backend {a.backend}"
-    )
-    anyio.run(main, a, backend=a.backend)
+    run_benchmark(__doc__, lambda url, a: run(url, a.schedules, a.budget), _options)

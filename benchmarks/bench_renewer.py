@@ -17,37 +17,16 @@ the recovery interval is longer than the measurement.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
-import tempfile
 import time
 import uuid
 from datetime import timedelta
-from pathlib import Path
 
 import anyio
+from _common import cleanup, print_table, run_benchmark
 
 from respire_actors import BytesCodec, Job, JobQueue, Worker, WorkerOptions, connect
 from respire_actors.actors.renewer import renew_pass
-from respire_actors.embedded import EmbeddedConfig, open_embedded_server
-
-
-async def _cleanup(client, queue: JobQueue[bytes]) -> None:
-    cursor = 0
-    while True:
-        cursor, keys = await client.execute(
-            "SCAN",
-            cursor,
-            "MATCH",
-            queue.keys.base.replace("{", "[{]").replace("}", "[}]") + "*",
-            "COUNT",
-            1000,
-        )
-        if keys:
-            await client.execute("UNLINK", *keys)
-        if int(cursor) == 0:
-            return
 
 
 async def _evalsha_stats(client) -> tuple[int, int]:
@@ -145,7 +124,7 @@ async def bench(client, handlers: int, window: float, direct: int) -> list[tuple
             await anyio.sleep(0.05)
         await worker.stop()
         tg.cancel_scope.cancel()
-    await _cleanup(client, q)
+    await cleanup(client, q)
     return rows
 
 
@@ -154,34 +133,14 @@ async def run(url: str, handlers: int, window: float, direct: int) -> None:
         info = await client.server_info()
         print(f"server: {info.describe()}")
         rows = await bench(client, handlers, window, direct)
-        width = max(len(r[0]) for r in rows)
-        print(f"{'measure':<{width}}  result")
-        print(f"{'-' * width}  {'-' * 40}")
-        for name, value in rows:
-            print(f"{name:<{width}}  {value}")
+        print_table(rows)
 
 
-async def main(args: argparse.Namespace) -> None:
-    if args.redis_url:
-        await run(args.redis_url, args.handlers, args.window, args.direct)
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        async with open_embedded_server(
-            EmbeddedConfig(data_dir=Path(tmp), persistent=False)
-        ) as url:
-            await run(url, args.handlers, args.window, args.direct)
-
-
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--redis-url", default=os.environ.get("RESPIRE_REDIS_URL"))
-    parser.add_argument("--backend", choices=("trio", "asyncio"), default="trio")
+def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--handlers", type=int, default=1000)
     parser.add_argument("--window", type=float, default=10.0, help="seconds of actor passes")
     parser.add_argument("--direct", type=int, default=50, help="passes timed directly")
-    a = parser.parse_args()
-    print(
-        f"machine: {platform.machine()}, {os.cpu_count()} cores, "
-        f"Python {platform.python_version()}, backend {a.backend}"
-    )
-    anyio.run(main, a, backend=a.backend)
+
+
+if __name__ == "__main__":
+    run_benchmark(__doc__, lambda url, a: run(url, a.handlers, a.window, a.direct), _options)
