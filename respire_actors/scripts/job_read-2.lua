@@ -31,17 +31,9 @@ local ready, control = KEYS[1], KEYS[2]
 local group, consumer = ARGV[1], ARGV[2]
 local count, mode, min_idle = respire_read_args(ready, group, ARGV[3], ARGV[4], ARGV[5])
 if not count then return mode end
-local status, allowed, window = respire_admit(control, count)
-if status == 'paused' then return {'paused'} end
-if status == 'limited' then return {'limited', allowed} end
-local pace
-allowed, pace = respire_admit_slice(window, allowed)
--- Under a rate policy, recovery precedes new reads: while an entry is idle past the visibility
--- timeout, the reader is sent to recover it with its permits instead of taking a new job.
-if window and min_idle > 0 and redis.call('EXISTS', ready) == 1 then
-  local stale = redis.call('XPENDING', ready, group, 'IDLE', min_idle, '-', '+', 1)
-  if stale[1] then return {'recover', stale[1][1], pace} end
-end
+local early, allowed, pace, window = respire_read_admission(ready, control, group, count,
+                                                             min_idle)
+if early then return early end
 local err = respire_preflight({}, respire_admit_probes(
   respire_ack_probes({}, ready, group, mode), control, window))
 if err then return err end

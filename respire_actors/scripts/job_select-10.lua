@@ -56,15 +56,9 @@ if not batch or batch < 1 or batch > 256 or batch % 1 ~= 0 or not max_visits
    or max_visits < 1 or max_visits > 10000 or max_visits % 1 ~= 0 then
   return redis.error_reply('RESPIRE_ARGUMENT bad batch size or visit budget')
 end
-local status, allowed, window = respire_admit(control, count)
-if status == 'paused' then return {'paused'} end
-if status == 'limited' then return {'limited', allowed} end
-local pace
-allowed, pace = respire_admit_slice(window, allowed)
-if window and min_idle > 0 and redis.call('EXISTS', ready) == 1 then
-  local stale = redis.call('XPENDING', ready, group, 'IDLE', min_idle, '-', '+', 1)
-  if stale[1] then return {'recover', stale[1][1], pace} end
-end
+local early, allowed, pace, window = respire_read_admission(ready, control, group, count,
+                                                             min_idle)
+if early then return early end
 local probes = respire_admit_probes(respire_ack_probes({}, ready, group, mode), control, window)
 probes[#probes + 1] = {'XADD', ready, '*', 'f', 'v'}
 probes[#probes + 1] = {'XDEL', scheduled, '0-1'}

@@ -131,6 +131,24 @@ local function respire_admit_slice(state, allowed)
   return allowed, math.ceil(state[4] * slice / state[3])
 end
 
+-- Admission of a read (job_read, job_select): the queue's pause and rate limit, the read's slice
+-- of the window, and, under a rate policy, recovery before new reads (while an entry is idle
+-- past the visibility timeout, the reader is sent to recover it with its permits instead of
+-- taking a new job). Returns the reply to return at once ('paused', 'limited', 'recover') or
+-- nil, then how many entries may be admitted, the pace and the window state.
+local function respire_read_admission(ready, control, group, count, min_idle)
+  local status, allowed, window = respire_admit(control, count)
+  if status == 'paused' then return {'paused'} end
+  if status == 'limited' then return {'limited', allowed} end
+  local pace
+  allowed, pace = respire_admit_slice(window, allowed)
+  if window and min_idle > 0 and redis.call('EXISTS', ready) == 1 then
+    local stale = redis.call('XPENDING', ready, group, 'IDLE', min_idle, '-', '+', 1)
+    if stale[1] then return {'recover', stale[1][1], pace} end
+  end
+  return nil, allowed, pace, window
+end
+
 -- The ACL probes an admission that may record usage needs.
 local function respire_admit_probes(probes, control, state)
   if state then probes[#probes + 1] = {'HSET', control, 'rate.used', '0'} end
