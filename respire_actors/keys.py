@@ -15,6 +15,8 @@ Job queue ``email`` (prefix ``P``)::
     P{respire-job:email}:scheduled        staging stream of delayed jobs and durable retries
     P{respire-job:email}:due              due-time index of the staging stream
     P{respire-job:email}:result:<sha256>  retained outcome record of one job id (keep_results)
+    P{respire-job:email}:batch:<sha1>     state of one batch (cmsgpack; see docs/batches.md)
+    P{respire-job:email}:coordinated      marker: the queue has batches or flows ("1", kept)
     P{respire-job:email}:ready:group-order    rotation of application groups with staged jobs
     P{respire-job:email}:ready:group-jobs     staged grouped jobs (encoded group + due + id)
     P{respire-job:email}:ready:group-cursor   the last group visited (shared rotation cursor)
@@ -171,6 +173,18 @@ class JobQueueKeys:
     def custom(self, suffix: str) -> str:
         """A caller-chosen key inside this queue's slot (e.g. a dead-letter override)."""
         return f"{self.base}:{suffix}"
+
+    # -- coordinated jobs (batches) ---------------------------------------------------------
+    def batch(self, batch_id: str) -> str:
+        """The state of one batch (a string). SHA-1 because the completion scripts derive the
+        same name in Lua with ``redis.sha1hex``."""
+        return f"{self.base}:batch:{hashlib.sha1(batch_id.encode('utf-8')).hexdigest()}"
+
+    @property
+    def coordinated(self) -> str:
+        """Marker set (never deleted) by the first batch or flow of the queue: completion
+        scripts read entry bodies for coordination only when it exists."""
+        return f"{self.base}:coordinated"
 
     # -- recurring schedules (jobs/recurring.py) -------------------------------------------
     @property

@@ -26,6 +26,25 @@ MAX_PRIORITY = 2**31 - 1
 MAX_GROUP_BYTES = 1024
 """Longest application group name, in UTF-8 bytes."""
 MIN_PRIORITY = -(2**31)
+MAX_JOB_ID_BYTES = 1024
+"""Longest job id (and batch id), in UTF-8 bytes."""
+
+
+def validate_job_id(job_id: object, *, what: str = "job id") -> str:
+    """Check a job id (or, with ``what``, another application id such as a batch id): a
+    nonblank, valid-Unicode ``str`` of at most :data:`MAX_JOB_ID_BYTES` UTF-8 bytes. Raises
+    :class:`ValidationError` (before anything is sent to Redis)."""
+    if not isinstance(job_id, str):
+        raise ValidationError(f"{what} must be a str, got {type(job_id).__name__}")
+    if not job_id.strip():
+        raise ValidationError(f"{what} must not be blank")
+    try:
+        size = len(job_id.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValidationError(f"{what} {job_id!r} is not valid Unicode") from None
+    if size > MAX_JOB_ID_BYTES:
+        raise ValidationError(f"{what} is {size} bytes; the limit is {MAX_JOB_ID_BYTES}")
+    return job_id
 
 
 def validate_group(group: object) -> str:
