@@ -1,6 +1,7 @@
 """Typed job queues and their supervised workers."""
 
 from ..actors.runtime import WorkerStatistics
+from .batches import BatchStatus, Callback
 from .groups import GroupInfo, GroupOptions, GroupPage
 from .job import Job
 from .model import (
@@ -42,6 +43,8 @@ __all__ = [
     "SchedulePage",
     "NACK",
     "Ack",
+    "BatchStatus",
+    "Callback",
     "DeadLetter",
     "DeadLetterReason",
     "Delivery",
