@@ -18,9 +18,11 @@
 -- (no such batch; nothing written).
 -- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM, RESPIRE_SCHEMA, RESPIRE_CORRUPT
 -- before any write. Should a write fail half-way, the appended callbacks and event are deleted,
--- the old state is restored and RESPIRE_BATCH is returned.
+-- the old state is restored and RESPIRE_COORDINATION is returned (lib/coordination.lua writes
+-- and compensates, as for a member's completion).
 --!include lib/preflight.lua
---!include lib/batch.lua
+--!include lib/fence.lua
+--!include lib/coordination.lua
 
 local state, ready, events = KEYS[1], KEYS[2], KEYS[3]
 local mode, id = ARGV[1], ARGV[2]
@@ -33,30 +35,15 @@ if not s then return 'unknown' end
 if s.done or (s.sealed and (mode == 'seal' or s.cancel)) then return 'unchanged' end
 s.sealed = true
 if mode == 'cancel' then s.cancel = true end
-local add_ready, add_events = {}, {}
-local completed = respire_batch_finish(s, add_ready, add_events)
+local plan = {key = state, old = raw, ready = {}, events = {}}
+local completed = respire_batch_finish(s, plan.ready, plan.events)
+plan.new = respire_batch_encode(s)
 err = respire_preflight({{ready, 'stream'}, {events, 'stream'}},
                         {{'SET', state, 'v'}, {'XADD', ready, '*', 'f', 'v'},
                          {'XDEL', ready, '0-1'}, {'XADD', events, '*', 'f', 'v'},
                          {'XDEL', events, '0-1'}})
 if err then return err end
-
-redis.call('SET', state, respire_batch_encode(s))
-local appended = {}
-local function undo(why)
-  for i = #appended, 1, -1 do redis.call('XDEL', appended[i][1], appended[i][2]) end
-  redis.call('SET', state, raw)
-  return redis.error_reply('RESPIRE_BATCH publishing the callbacks failed: ' .. tostring(why))
-end
-for _, fields in ipairs(add_ready) do
-  local ok, res = pcall(redis.call, 'XADD', ready, '*', unpack(fields))
-  if not ok then return undo(res) end
-  appended[#appended + 1] = {ready, res}
-end
-for _, fields in ipairs(add_events) do
-  local ok, res = pcall(redis.call, 'XADD', events, '*', unpack(fields))
-  if not ok then return undo(res) end
-  appended[#appended + 1] = {events, res}
-end
+local _, aerr = respire_coord_apply(ready, events, plan)
+if aerr then return aerr end
 if completed then return 'completed' end
 return 'changed'

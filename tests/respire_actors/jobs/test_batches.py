@@ -18,12 +18,12 @@ from respire_actors.errors import (
     BatchLimitExceeded,
     BatchSealed,
     PermissionDenied,
-    ServerError,
     UnknownBatch,
+    UnsupportedSchema,
     ValidationError,
     WrongKeyType,
 )
-from respire_actors.jobs import BatchStatus, Callback, JobEvent, JobQueue
+from respire_actors.jobs import BatchStatus, Callback, JobQueue
 from respire_actors.jobs.batches import MAX_BYTES, MAX_MEMBERS, cancellation_requested
 from respire_actors.redis.client import RedisClient, connect
 
@@ -43,10 +43,6 @@ async def ready_entries(queue: JobQueue[Any]) -> list[dict[str, bytes]]:
 
 async def ready_ids(queue: JobQueue[Any]) -> list[str]:
     return [text(e["_respire.job.id"]) for e in await ready_entries(queue)]
-
-
-def batch_of(event: JobEvent) -> str | None:
-    return getattr(event, "batch_id", None) or event.extra.get("batch")
 
 
 async def raw_state(queue: JobQueue[Any], batch_id: str) -> bytes | None:
@@ -152,7 +148,7 @@ async def test_an_empty_sealed_batch_succeeds_at_once(queue: JobQueue[str]) -> N
         {"_respire.job.id": b"cb-done", "_respire.job.payload": b"complete"},
     ]
     (event,) = await all_events(queue.client, queue.keys)
-    assert (event.kind, batch_of(event), event.extra.get("outcome")) == (
+    assert (event.kind, event.batch_id, event.extra.get("outcome")) == (
         "batch-completed",
         batch,
         "succeeded",
@@ -173,7 +169,7 @@ async def test_cancelling_an_empty_open_batch_fails_it(queue: JobQueue[str]) -> 
     assert (status.sealed, status.cancellation_requested, status.completed) == (True, True, True)
     assert await ready_ids(queue) == ["cb-fail", "cb-done"]
     (event,) = await all_events(queue.client, queue.keys)
-    assert (event.kind, batch_of(event), event.extra.get("outcome")) == (
+    assert (event.kind, event.batch_id, event.extra.get("outcome")) == (
         "batch-completed",
         batch,
         "failed",
@@ -377,7 +373,7 @@ async def test_an_unknown_schema_version_is_refused_without_mutation(
         lambda: cancellation_requested(queue.client, queue.keys, "v2"),
     ]
     for call in calls:
-        with pytest.raises(ServerError) as caught:
+        with pytest.raises(UnsupportedSchema) as caught:
             await call()
         assert caught.value.code == "RESPIRE_SCHEMA"
     assert await raw_state(queue, "v2") == stored
