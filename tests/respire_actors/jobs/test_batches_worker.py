@@ -44,7 +44,7 @@ from respire_actors.jobs import (
 )
 from respire_actors.jobs.options import CONSUMER_GROUP
 from respire_actors.jobs.source import JobSource
-from respire_actors.redis.client import RedisClient
+from respire_actors.redis.client import RedisClient, connect
 
 pytestmark = pytest.mark.anyio
 
@@ -471,3 +471,28 @@ async def test_a_batch_on_a_cluster(cluster_client: RedisClient, unique_name: st
         await wait_until(lambda: {"cb-fail", "cb-done"} <= set(runs), timeout=20)
     status = await status_of(queue, batch)
     assert (status.succeeded, status.failed, status.completed) == (3, 1, True)
+
+
+async def test_a_key_prefix_is_respected(
+    client: RedisClient, server_url: str, unique_name: str
+) -> None:
+    """The completion scripts derive the batch key from the (prefixed) ready key."""
+    runs: list[str] = []
+
+    async def handler(job: Job[str]) -> Outcome:
+        runs.append(job.id)
+        return ACK
+
+    async with connect(server_url, key_prefix=f"{unique_name}:") as prefixed:
+        queue = JobQueue(prefixed, f"{unique_name}-q", StrCodec())
+        assert queue.keys.batch("b").startswith(f"{unique_name}:{{respire-job:{unique_name}-q}}")
+        batch = await queue.create_batch(**CALLBACKS, batch_id="b")
+        await queue.add_many_to_batch(batch, [("m1", "1"), ("m2", "2")])
+        await queue.seal_batch(batch)
+        async with running_worker(prefixed, queue.name, handler):
+            await wait_until(lambda: "cb-done" in runs)
+        status = await status_of(queue, batch)
+        assert (status.succeeded, status.completed) == (2, True)
+    # nothing was written outside the prefix
+    keys = [text(k) for k in await client.execute("KEYS", f"*{unique_name}-q*")]
+    assert keys and all(k.startswith(f"{unique_name}:") for k in keys)
