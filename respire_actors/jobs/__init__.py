@@ -3,6 +3,7 @@
 from ..actors.runtime import WorkerStatistics
 from .groups import GroupInfo, GroupOptions, GroupPage
 from .job import Job
+from .metrics import MinuteMetrics, read_metrics
 from .model import (
     ACK,
     NACK,
@@ -64,6 +65,8 @@ __all__ = [
     "Registration",
     "RetryAfter",
     "Complete",
+    "MinuteMetrics",
+    "read_metrics",
     "Worker",
     "WorkerOptions",
     "WorkerStatistics",
