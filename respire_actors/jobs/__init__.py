@@ -4,6 +4,7 @@ from ..actors.runtime import WorkerStatistics
 from .batches import BatchStatus, Callback
 from .groups import GroupInfo, GroupOptions, GroupPage
 from .job import Job
+from .metrics import MinuteMetrics, read_metrics
 from .model import (
     ACK,
     NACK,
@@ -67,6 +68,8 @@ __all__ = [
     "Registration",
     "RetryAfter",
     "Complete",
+    "MinuteMetrics",
+    "read_metrics",
     "Worker",
     "WorkerOptions",
     "WorkerStatistics",
