@@ -452,6 +452,13 @@ async def test_an_unknown_schema_version_refuses_the_completion(
         await source.complete("c1", [Completion(d, "ack")])
     assert await client.execute("GET", key) == stored
     assert await pending_count(client, queue.keys) == 1  # left pending, recoverable
+    # recovery at the delivery limit cannot fail the member either: left as it is, reported
+    page = await source.claim("c2", "recover", "0-0", 10, 0, 1)
+    assert [entry for entry, _ in page.refused] == [d.entry_id]
+    assert "RESPIRE_SCHEMA" in page.refused[0][1]
+    assert (page.dead_lettered, list(page.deliveries)) == (0, [])
+    assert await client.execute("GET", key) == stored
+    assert await pending_count(client, queue.keys) == 1
     assert await published_callbacks(queue) == []
     assert await all_events(client, queue.keys) == []
 
