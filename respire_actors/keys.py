@@ -15,6 +15,8 @@ Job queue ``email`` (prefix ``P``)::
     P{respire-job:email}:scheduled        staging stream of delayed jobs and durable retries
     P{respire-job:email}:due              due-time index of the staging stream
     P{respire-job:email}:result:<sha256>  retained outcome record of one job id (keep_results)
+    P{respire-job:email}:flow:<sha1>      state of one parent/child job flow (cmsgpack string)
+    P{respire-job:email}:coordinated      marker: the queue has flows or batches (never deleted)
     P{respire-job:email}:ready:group-order    rotation of application groups with staged jobs
     P{respire-job:email}:ready:group-jobs     staged grouped jobs (encoded group + due + id)
     P{respire-job:email}:ready:group-cursor   the last group visited (shared rotation cursor)
@@ -167,6 +169,17 @@ class JobQueueKeys:
     def result(self, job_id: str) -> str:
         """The retained outcome record (a hash) of one job id."""
         return f"{self.base}:result:{digest(job_id)}"
+
+    def flow(self, flow_id: str) -> str:
+        """The state (a cmsgpack string) of one parent/child job flow. SHA-1, because the
+        completion scripts derive this key on the server with ``redis.sha1hex``."""
+        return f"{self.base}:flow:{hashlib.sha1(flow_id.encode('utf-8')).hexdigest()}"
+
+    @property
+    def coordinated(self) -> str:
+        """Set by the first flow or batch of the queue: completion scripts only look for
+        coordination when it exists."""
+        return f"{self.base}:coordinated"
 
     def custom(self, suffix: str) -> str:
         """A caller-chosen key inside this queue's slot (e.g. a dead-letter override)."""

@@ -26,31 +26,22 @@ from ..redis.scripts import Script, load, run_many
 from . import groups as _groups
 from .groups import GroupInfo, GroupOptions, GroupPage
 from .model import EnqueueResult, JobEvent, JobStatus, QueueState
-from .options import DEFAULT_DEDUP_WINDOW, JobEnqueueOptions, RateLimit, duration_ms
+from .options import (
+    DEFAULT_DEDUP_WINDOW,
+    JobEnqueueOptions,
+    RateLimit,
+    duration_ms,
+    validate_job_id,
+)
 from .recurring import RecurringScheduler
 
 T = TypeVar("T")
 
-MAX_JOB_ID_BYTES = 1024
 _ENQUEUE = load("job_enqueue")
 _SCHEDULE = load("job_schedule")
 _SCHEDULE_GROUP = load("job_schedule_group")
 _PAUSE = load("job_pause")
 _RATE_POLICY = load("job_rate_policy")
-
-
-def validate_job_id(job_id: object) -> str:
-    if not isinstance(job_id, str):
-        raise ValidationError(f"job id must be a str, got {type(job_id).__name__}")
-    if not job_id.strip():
-        raise ValidationError("job id must not be blank")
-    try:
-        size = len(job_id.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise ValidationError(f"job id {job_id!r} is not valid Unicode") from None
-    if size > MAX_JOB_ID_BYTES:
-        raise ValidationError(f"job id is {size} bytes; the limit is {MAX_JOB_ID_BYTES}")
-    return job_id
 
 
 def _pair(item: object, index: int) -> tuple[str, Any]:
