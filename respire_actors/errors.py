@@ -5,6 +5,7 @@
     RespireError
     ├── ValidationError (also ValueError)   bad input, raised before anything is sent to Redis
     │   ├── InvalidSchedule                 a recurring schedule that can never run as asked
+    │   ├── ResultTooLarge                  a flow node's result (Job.complete) is over 4 KiB
     │   └── CodecError                      (codecs) a payload could not be encoded or decoded
     │       ├── EncodeError                 a value could not be serialised; nothing was sent
     │       └── DecodeError                 stored bytes are not a valid payload
@@ -30,6 +31,7 @@
     │   ├── PermissionDenied                ACL refused a command (NOPERM or our preflight)
     │   ├── WrongKeyType                    a key holds another type than the queue expects
     │   ├── ScriptError                     a Lua script reported a broken invariant
+    │   ├── UnsupportedSchema               flow or batch state of an unknown schema version
     │   └── TransactionAborted              WATCH saw a change; nothing in the transaction ran
     └── EmbeddedServerError                 the embedded valkey-server could not start or stopped
 
@@ -158,6 +160,17 @@ class JobResultUnavailable(JobResultError):
     def __init__(self, message: str, job_id: str, problem: str) -> None:
         super().__init__(message, job_id)
         self.problem = problem
+
+
+class ResultTooLarge(ValidationError):
+    """A flow node's result (:meth:`Job.complete`) is over 4096 bytes. Raised in the handler,
+    before anything is sent; the handler's failure then takes the nack path."""
+
+
+class UnsupportedSchema(ServerError):
+    """Redis holds flow or batch state written by a schema version this release does not know
+    (``RESPIRE_SCHEMA``). Nothing was changed; upgrade the workers and clients, or remove the
+    state with the release that wrote it."""
 
 
 class EmbeddedServerError(RespireError):

@@ -15,8 +15,9 @@ Job queue ``email`` (prefix ``P``)::
     P{respire-job:email}:scheduled        staging stream of delayed jobs and durable retries
     P{respire-job:email}:due              due-time index of the staging stream
     P{respire-job:email}:result:<sha256>  retained outcome record of one job id (keep_results)
-    P{respire-job:email}:flow:<sha1>      state of one parent/child job flow (cmsgpack string)
-    P{respire-job:email}:coordinated      marker: the queue has flows or batches (never deleted)
+    P{respire-job:email}:flow:<sha1>      state of one flow (parent/child results, statuses)
+    P{respire-job:email}:batch:<sha1>     state of one batch (members, counts, callbacks)
+    P{respire-job:email}:coordinated      marker: the queue has (had) flows or batches
     P{respire-job:email}:ready:group-order    rotation of application groups with staged jobs
     P{respire-job:email}:ready:group-jobs     staged grouped jobs (encoded group + due + id)
     P{respire-job:email}:ready:group-cursor   the last group visited (shared rotation cursor)
@@ -72,6 +73,12 @@ def validate_name(name: object, *, what: str = "queue name") -> str:
 def digest(identity: str) -> str:
     """The hex SHA-256 of an application identity, used inside key names."""
     return hashlib.sha256(identity.encode("utf-8")).hexdigest()
+
+
+def _sha1(identity: str) -> str:
+    """The hex SHA-1 of an identity, as Lua's ``redis.sha1hex`` computes it (flow and batch keys
+    are derived inside the completion scripts, where SHA-256 is not available)."""
+    return hashlib.sha1(identity.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
 def hash_tag(key: str) -> str:
@@ -170,15 +177,20 @@ class JobQueueKeys:
         """The retained outcome record (a hash) of one job id."""
         return f"{self.base}:result:{digest(job_id)}"
 
+    # -- flows and batches (jobs/flows.py, jobs/batches.py) ----------------------------------
+    # The completion scripts derive these names from the ready key (scripts/lib/coordination.lua):
+    # keep the two in step. SHA-1 because it is what Lua (redis.sha1hex) can compute.
     def flow(self, flow_id: str) -> str:
-        """The state (a cmsgpack string) of one parent/child job flow. SHA-1, because the
-        completion scripts derive this key on the server with ``redis.sha1hex``."""
-        return f"{self.base}:flow:{hashlib.sha1(flow_id.encode('utf-8')).hexdigest()}"
+        """The state (a string) of one flow."""
+        return f"{self.base}:flow:{_sha1(flow_id)}"
+
+    def batch(self, batch_id: str) -> str:
+        """The state (a string) of one batch."""
+        return f"{self.base}:batch:{_sha1(batch_id)}"
 
     @property
     def coordinated(self) -> str:
-        """Set by the first flow or batch of the queue: completion scripts only look for
-        coordination when it exists."""
+        """Marker: the queue has (had) flows or batches, so completions read entry bodies."""
         return f"{self.base}:coordinated"
 
     def custom(self, suffix: str) -> str:

@@ -83,6 +83,8 @@ class WorkerStatistics:
     # handlers cancelled by their execution budget (WorkerOptions.timeout); they take the
     # nack path
     timed_out: int = 0
+    # batch members acknowledged as cancelled without running (their batch was cancelled)
+    cancelled: int = 0
     # lease renewal (WorkerOptions.renew_leases): passes run, script calls made, leases
     # renewed, calls that failed or timed out, and leases given up because no renewal could be
     # confirmed for a whole visibility timeout (also counted in leases_lost)
@@ -149,6 +151,9 @@ class QueueRuntime:
     # The deliveries whose handlers are running now (with renew_leases): the runner adds and
     # removes them, the lease renewer renews them and cancels the ones it finds lost.
     leases: set[Lease] = field(default_factory=set)
+    # Runs before a delivery's handler (job workers: a batch member's cancellation check). A
+    # Completion it returns is committed instead of running the handler; None runs it.
+    gate: Callable[[QueueRuntime, Delivery], Awaitable[Completion | None]] | None = None
 
     @property
     def job_keys(self) -> JobQueueKeys:

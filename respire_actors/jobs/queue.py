@@ -660,6 +660,8 @@ def _to_event(entry_id: str, flat: Sequence[Any]) -> JobEvent:
         attempt=int(fields.pop("attempt", "0") or 0),
         percent=int(percent) if percent is not None else None,
         reason=reason,
+        flow_id=fields.pop("flow", None),
+        batch_id=fields.pop("batch", None),
         extra=fields,
     )
 

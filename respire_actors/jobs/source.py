@@ -180,7 +180,8 @@ class JobSource:
         return claim_result(reply)
 
     async def complete(self, consumer: str, batch: Sequence[Completion]) -> list[int]:
-        """Commit a batch; returns 1 (committed) or 0 (stale) per completion, in order. Durable
+        """Commit a batch; returns 1 (committed) or 0 (stale) per completion, in order. Flow
+        nodes and batch members are coordinated by the same scripts (lib/coordination.lua). Durable
         retries go through ``job_retry`` (a second call only when the batch holds any); a
         retry acknowledged as expired instead of staged reports 2. Outcomes with a retained
         record or a dead-letter detail go through ``job_finish``, one pipelined call each; one
@@ -189,7 +190,9 @@ class JobSource:
         releases = [i for i, c in enumerate(batch) if c.kind == "release"]
         # outcomes with a retained record or a dead-letter detail: job_finish, one per call
         finish = [
-            i for i, c in enumerate(batch) if c.kind in ("ack", "dead") and (c.keep_ms or c.detail)
+            i
+            for i, c in enumerate(batch)
+            if c.kind in ("ack", "dead") and (c.keep_ms or c.detail or c.flow_result is not None)
         ]
         others = [
             i for i, c in enumerate(batch) if c.kind not in ("retry", "release") and i not in finish
@@ -288,6 +291,8 @@ class JobSource:
                         c.result_state,
                         c.result,
                         self.settle,
+                        "0" if c.flow_result is None else "1",
+                        c.flow_result or b"",
                     ),
                 )
             )

@@ -46,7 +46,7 @@ from ..codecs import Codec, JsonValueCodec, check_codec
 from ..errors import ValidationError
 from ..keys import JobQueueKeys, validate_name
 from ..redis.client import RedisClient
-from .job import bind_job
+from .job import batch_gate, bind_job
 from .recurring import RecurringOptions, RecurringScheduler
 from .source import JobSource
 
@@ -213,6 +213,7 @@ class Worker(ConsumerHost):
             ),
             queue_options=reg.queue_options,
             result_codec=reg.result_codec,
+            gate=batch_gate,
         )
 
     def build(self, client: RedisClient) -> Supervisor:

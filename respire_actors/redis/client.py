@@ -40,6 +40,7 @@ from ..errors import (
     ServerError,
     ServerLoading,
     TransactionAborted,
+    UnsupportedSchema,
     UnsupportedServer,
     ValidationError,
     WrongKeyType,
@@ -302,6 +303,8 @@ def _map_reply(message: str) -> RespireError:
             return WrongKeyType(message)
         if code == "RESPIRE_NOPERM":
             return PermissionDenied(message)
+        if code == "RESPIRE_SCHEMA":
+            return UnsupportedSchema(message)
         return ScriptError(message)
     return ServerError(message)
 

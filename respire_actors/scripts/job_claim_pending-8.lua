@@ -41,12 +41,18 @@
 -- grouped entry gets a new lease for its new attempt, replacing the old attempt's lease, so a
 -- stale release of the old attempt frees nothing. Entries dead-lettered or expired here drop
 -- their lease.
--- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM (before anything is claimed).
+-- A flow node or batch member dead-lettered here fails in its flow or batch in the same step
+-- (lib/coordination.lua); its event carries a 'flow' or 'batch' field. One whose coordination
+-- state cannot be updated (unknown schema version, wrong key type) is left as it is, unclaimed,
+-- and reported as {id, error} in a seventh reply element.
+-- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM (before anything is claimed);
+-- RESPIRE_CLAIM should a dead letter's acknowledgement still fail (that entry's writes undone).
 --!include lib/preflight.lua
 --!include lib/fence.lua
 --!include lib/claim.lua
 --!include lib/dead_letter.lua
 --!include lib/group_lease.lua
+--!include lib/coordination.lua
 
 local ready, control, events, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local policy, owners, leases, parked = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -104,7 +110,8 @@ if #rows == count then
   end
 end
 
-local claimed, dead_count, expired, deleted = {}, 0, 0, 0
+local coordinated = respire_coord_marked(ready)
+local claimed, dead_count, expired, deleted, refused = {}, 0, 0, 0, {}
 local now_ms = nil
 local function now()
   if not now_ms then now_ms = respire_now_ms() end
@@ -120,11 +127,21 @@ for _, row in ipairs(rows) do
   local finishing = not fields or respire_expired(fields, now)
                     or (limit > 0 and prior + handled >= limit)
   local p, reason, tat = nil, nil, nil
-  if g and not finishing then
+  local c, plan, perr = nil, nil, nil
+  if coordinated and fields and limit > 0 and prior + handled >= limit
+     and not respire_expired(fields, now) then
+    c = respire_coord_of(ready, fields)
+    plan, perr = respire_coord_plan(ready, events, c, 'failed', nil)
+  end
+  if perr then
+    refused[#refused + 1] = {id, perr['err']}
+  elseif g and not finishing then
     p = respire_group_policy(policy, g)
     reason, tat = respire_group_check(p, policy, leases, owners, g, now(), id)
   end
-  if reason then
+  if perr then
+    -- left unclaimed: its coordination state must be repaired or upgraded first
+  elseif reason then
     if mode == 'replay' then
       next_cursor = '0-0'  -- yield on a blocked group
       break
@@ -144,10 +161,20 @@ for _, row in ipairs(rows) do
       expired = expired + 1
     elseif limit > 0 and prior + handled >= limit then
       local job_id = respire_field(fields, '_respire.job.id') or ''
-      respire_dead_letter(dead, fields, nil, id, handled, 'delivery-limit', consumer)
-      redis.call('XADD', events, '*', 'kind', 'dead-letter', 'job_id', job_id, 'entry_id', id,
-                 'attempt', tostring(handled), 'reason', 'delivery-limit')
-      respire_ack(ready, group, ack_mode, id)
+      local dl = respire_dead_letter(dead, fields, nil, id, handled, 'delivery-limit', consumer)
+      local ev = redis.call('XADD', events, '*', unpack(respire_coord_tag(c,
+        {'kind', 'dead-letter', 'job_id', job_id, 'entry_id', id, 'attempt', tostring(handled),
+         'reason', 'delivery-limit'})))
+      local undo, aerr = respire_coord_apply(ready, events, plan)
+      local ok, ackErr = false, aerr and aerr['err']
+      if not aerr then ok, ackErr = pcall(respire_ack, ready, group, ack_mode, id) end
+      if not ok then
+        if not aerr then respire_coord_undo(ready, events, undo) end
+        redis.call('XDEL', events, ev)
+        redis.call('XDEL', dead, dl)
+        return redis.error_reply('RESPIRE_CLAIM dead-lettering ' .. id .. ' failed: ' ..
+                                 tostring(ackErr))
+      end
       if g then respire_group_drop(leases, owners, g, id); respire_group_nudge(parked, g) end
       dead_count = dead_count + 1
     else
@@ -157,4 +184,7 @@ for _, row in ipairs(rows) do
   end
 end
 respire_admit_commit(control, window, #claimed)
+if #refused > 0 then
+  return {'ok', next_cursor, claimed, deleted, dead_count, expired, refused}
+end
 return {'ok', next_cursor, claimed, deleted, dead_count, expired}
