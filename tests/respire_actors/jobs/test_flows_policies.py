@@ -218,3 +218,24 @@ async def test_exceptions_retry_and_durable_retries_keep_membership(
         ("root", "completed", b"root@1"),
         ("leaf", "completed", b"leaf@3"),
     ]
+
+
+async def test_a_flow_runs_end_to_end_on_a_cluster(
+    cluster_client: RedisClient, unique_name: str
+) -> None:
+    """Every flow key shares the queue's hash tag: enqueue, completions that activate parents,
+    child results, flow_results and remove_flow all run on the queue's node."""
+    queue: JobQueue[str] = JobQueue(cluster_client, unique_name, StrCodec())
+    handler = Recorder({"a2"})
+    assert await queue.enqueue_flow("f", three_levels(), CONTINUE)
+    async with running_worker(cluster_client, queue.name, handler):
+        nodes = await finished(queue, "f")
+    assert [(n.id, n.status) for n in nodes] == [
+        ("root", "completed"),
+        ("a", "completed"),
+        ("b", "completed"),
+        ("a1", "completed"),
+        ("a2", "failed"),
+    ]
+    assert nodes[1].result == b"a(a1=completed:a1(),a2=failed:-)"
+    assert await queue.remove_flow("f") is True
