@@ -21,15 +21,22 @@ end
 local st, err = respire_flow_load(KEYS[1], ARGV[1])
 if err then return err end
 if not st then return {0} end
-local node = st.nodes[index]
-if not node or node.id ~= ARGV[3] then
+if index > st.n then
+  return redis.error_reply('RESPIRE_CORRUPT flow node ' .. index .. ' is not in the flow')
+end
+local static
+static, err = respire_flow_static(st)
+if not static then return err end
+if static.ids[index] ~= ARGV[3] then
   return redis.error_reply('RESPIRE_CORRUPT flow node ' .. index .. ' does not match the state')
 end
 local out = {}
-for i = index + 1, #st.nodes do
-  local child = st.nodes[i]
-  if child.parent == index and not (child.status == 'failed' and st.policy == 'ignore') then
-    out[#out + 1] = {child.id, child.status, child.has_result and 1 or 0, child.result}
+for i = index + 1, st.n do
+  if respire_flow_byte(st.parent, i) == index then
+    local status, result = respire_flow_node(st, i)
+    if not (status == 'failed' and st.policy == 'ignore') then
+      out[#out + 1] = {static.ids[i], status, result and 1 or 0, result or ''}
+    end
   end
 end
 return {1, out}

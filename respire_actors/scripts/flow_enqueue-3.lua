@@ -35,7 +35,7 @@ if not n or n < 1 or n > RESPIRE_FLOW_MAX_NODES or n % 1 ~= 0 or #ARGV ~= 3 + n 
   return bad('a flow has 1 to ' .. RESPIRE_FLOW_MAX_NODES .. ' nodes')
 end
 
-local nodes, seen, input, children = {}, {}, 0, {}
+local ids, payloads, parents, seen, children, input = {}, {}, {}, {}, {}, 0
 local last_parent = 0
 for i = 1, n do
   local base = 4 + (i - 1) * 3
@@ -50,35 +50,41 @@ for i = 1, n do
   end
   last_parent = parent
   input = input + #id + #payload
-  nodes[i] = {id = id, parent = parent, status = 'ready', open = 0, failed = 0,
-              has_result = false, result = '', payload = payload}
+  ids[i], payloads[i], parents[i] = id, payload, string.char(parent)
   if parent > 0 then children[parent] = (children[parent] or 0) + 1 end
 end
 if input > RESPIRE_FLOW_MAX_INPUT then
   return respire_flow_limit('job ids and payloads are ' .. input .. ' bytes; the limit is ' ..
                             RESPIRE_FLOW_MAX_INPUT)
 end
-for i = 1, n do
-  local k = children[i] or 0
-  if k > 0 then
-    nodes[i].status = 'waiting'
-    nodes[i].open = k
-  end
-end
 
 local existing, err = respire_flow_load(state_key, flow_id)
 if err then return err end
 if existing then return 0 end
 
-local st = {v = RESPIRE_FLOW_VERSION, id = flow_id, policy = policy, results = 0, nodes = nodes}
--- Leaves' payloads are appended now and not kept in the state.
-local leaves = {}
+-- Leaves are appended now; their payloads are not kept in the state.
+local status, open, results, leaves = {}, {}, {}, {}
+local static = {ids = ids, payloads = payloads}
 for i = 1, n do
-  if nodes[i].status == 'ready' then
-    leaves[#leaves + 1] = respire_flow_envelope(st, i)
-    nodes[i].payload = ''
+  local k = children[i] or 0
+  open[i] = string.char(k)
+  results[i] = ''
+  if k > 0 then
+    status[i] = 'w'
+  else
+    status[i] = 'r'
+    leaves[#leaves + 1] = i
   end
 end
+local st = {v = RESPIRE_FLOW_VERSION, id = flow_id, policy = policy, n = n, results = 0,
+            status = table.concat(status), parent = table.concat(parents),
+            open = table.concat(open), failed = string.rep(string.char(0), n), result = results}
+local envelopes = {}
+for j, i in ipairs(leaves) do
+  envelopes[j] = respire_flow_envelope(st, static, i)
+  payloads[i] = ''
+end
+st.static = cmsgpack.pack(static)
 local raw
 raw, err = respire_flow_encode(st)
 if not raw then return err end
@@ -95,7 +101,7 @@ local function undo(message, cause)
   for _, id in ipairs(appended) do redis.call('XDEL', ready, id) end
   return redis.error_reply('RESPIRE_FLOW_ENQUEUE ' .. message .. ': ' .. tostring(cause))
 end
-for _, fields in ipairs(leaves) do
+for _, fields in ipairs(envelopes) do
   local ok, id = pcall(redis.call, 'XADD', ready, '*', unpack(fields))
   if not ok then return undo('appending a leaf failed', id) end
   appended[#appended + 1] = id

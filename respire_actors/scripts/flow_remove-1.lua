@@ -13,11 +13,10 @@ local key = KEYS[1]
 local st, err = respire_flow_load(key, ARGV[1])
 if err then return err end
 if not st then return 0 end
-for i, node in ipairs(st.nodes) do
-  if not respire_flow_terminal(node) then
-    return redis.error_reply('RESPIRE_FLOW_ACTIVE node ' .. i .. ' (' .. node.id .. ') is ' ..
-                             node.status)
-  end
+local active = string.find(st.status, '[wr]')
+if active then
+  return redis.error_reply('RESPIRE_FLOW_ACTIVE node ' .. active .. ' is ' ..
+                           respire_flow_node(st, active))
 end
 err = respire_expect_perm('DEL', key)
 if err then return err end

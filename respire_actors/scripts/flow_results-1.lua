@@ -15,8 +15,13 @@
 local st, err = respire_flow_load(KEYS[1], ARGV[1])
 if err then return err end
 if not st then return {} end
+local static
+static, err = respire_flow_static(st)
+if not static then return err end
 local out = {}
-for i, node in ipairs(st.nodes) do
-  out[i] = {node.id, node.status, node.parent, node.has_result and 1 or 0, node.result}
+for i = 1, st.n do
+  local status, result = respire_flow_node(st, i)
+  out[i] = {static.ids[i], status, respire_flow_byte(st.parent, i), result and 1 or 0,
+            result or ''}
 end
 return out
