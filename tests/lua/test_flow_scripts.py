@@ -203,3 +203,34 @@ async def test_a_removed_flow_completes_its_stragglers_as_plain_jobs(
     assert await finish(client, keys, "c1", only, 1, "solo", b"r") == 1
     assert await pending(client, keys) == []
     assert await client.execute("EXISTS", keys.flow("f")) == 0
+
+
+async def test_fail_parent_propagates_when_the_last_child_to_finish_succeeded(
+    client: RedisClient, queue: JobQueue[str], keys: JobQueueKeys
+) -> None:
+    """root -> (a -> (a1, a2), b): a1 fails first, a2 then completes: a fails without running
+    (its last open child succeeded, an earlier one failed) and root, whose other child b
+    completed, fails too."""
+    tree = FlowNode(
+        "root",
+        "r",
+        [FlowNode("a", "pa", [FlowNode("a1", "1"), FlowNode("a2", "2")]), FlowNode("b", "pb")],
+    )
+    b, a1, a2 = await started(client, queue, tree)
+    assert await finish(client, keys, "c1", b, 1, "b", b"b") == 1
+    assert await finish(client, keys, "c1", a1, 1, "a1", None, kind="dead") == 1
+    assert await finish(client, keys, "c1", a2, 1, "a2", b"a2") == 1
+    assert [(n.id, n.status) for n in await queue.flow_results("f")] == [
+        ("root", "failed"),
+        ("a", "failed"),
+        ("b", "completed"),
+        ("a1", "failed"),
+        ("a2", "completed"),
+    ]
+    assert await ready_job_ids(client, keys) == ["b", "a1", "a2"]  # no parent was activated
+    events = [pairs(f) for _, f in await client.execute("XRANGE", keys.events, "-", "+")]
+    assert [(e["job_id"], e.get("reason")) for e in events if e["kind"] == b"dead-letter"] == [
+        (b"a1", b"explicit"),
+        (b"a", b"child-failed"),
+        (b"root", b"child-failed"),
+    ]
