@@ -234,3 +234,25 @@ async def test_fail_parent_propagates_when_the_last_child_to_finish_succeeded(
         (b"a", b"child-failed"),
         (b"root", b"child-failed"),
     ]
+
+
+async def test_a_replayed_node_runs_as_an_independent_job(
+    client: RedisClient, queue: JobQueue[str], keys: JobQueueKeys
+) -> None:
+    """A dead-lettered node replayed by an operator (its envelope appended again) completes
+    as a plain job: its node stays failed and its parent is not activated a second time."""
+    x, y = await started(client, queue, pair())
+    assert await finish(client, keys, "c1", x, 1, "x", None, kind="dead") == 1
+    assert await finish(client, keys, "c1", y, 1, "y", b"y") == 1
+    before = await client.execute("GET", keys.flow("f"))
+    body = (await client.execute("XRANGE", keys.ready, x, x))[0][1]
+    replay = s(await client.execute("XADD", keys.ready, "*", *body))
+    reply = await read(client, keys, "c1", 10)
+    assert [s(e[0]) for e in reply[1]] == [replay]
+    assert await finish(client, keys, "c1", replay, 1, "x", b"late") == 1
+    assert await client.execute("GET", keys.flow("f")) == before
+    assert [(n.id, n.status) for n in await queue.flow_results("f")] == [
+        ("root", "failed"),
+        ("x", "failed"),
+        ("y", "completed"),
+    ]
