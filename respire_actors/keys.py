@@ -18,6 +18,7 @@ Job queue ``email`` (prefix ``P``)::
     P{respire-job:email}:flow:<sha1>      state of one flow (parent/child results, statuses)
     P{respire-job:email}:batch:<sha1>     state of one batch (members, counts, callbacks)
     P{respire-job:email}:coordinated      marker: the queue has (had) flows or batches
+    P{respire-job:email}:ready:metrics        per-minute completed/failed counters
     P{respire-job:email}:ready:group-order    rotation of application groups with staged jobs
     P{respire-job:email}:ready:group-jobs     staged grouped jobs (encoded group + due + id)
     P{respire-job:email}:ready:group-cursor   the last group visited (shared rotation cursor)
@@ -133,6 +134,11 @@ class JobQueueKeys:
     @property
     def due(self) -> str:
         return f"{self.base}:due"
+
+    @property
+    def metrics(self) -> str:
+        """Per-minute completion counters (a hash; QueueOptions.metrics_retention_minutes)."""
+        return f"{self.ready}:metrics"
 
     @property
     def group_order(self) -> str:

@@ -12,6 +12,7 @@ from .flows import (
 )
 from .groups import GroupInfo, GroupOptions, GroupPage
 from .job import Job
+from .metrics import MinuteMetrics, read_metrics
 from .model import (
     ACK,
     NACK,
@@ -80,6 +81,8 @@ __all__ = [
     "Registration",
     "RetryAfter",
     "Complete",
+    "MinuteMetrics",
+    "read_metrics",
     "Worker",
     "WorkerOptions",
     "WorkerStatistics",

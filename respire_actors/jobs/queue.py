@@ -27,6 +27,7 @@ from . import flows as _flows
 from . import groups as _groups
 from .flows import FAIL_PARENT, FlowFailurePolicy, FlowNode, FlowNodeResult
 from .groups import GroupInfo, GroupOptions, GroupPage
+from .metrics import MinuteMetrics, read_metrics
 from .model import EnqueueResult, JobEvent, JobStatus, QueueState
 from .options import (
     DEFAULT_DEDUP_WINDOW,
@@ -430,6 +431,12 @@ class JobQueue(Generic[T]):
             cursor = _s(newest[0][0]) if newest else "0-0"
         async with self.client.open_blocking() as conn:
             yield EventReader(conn, self.keys.events, cursor, block_ms, batch)
+
+    async def read_metrics(self, minutes: int = 60) -> list[MinuteMetrics]:
+        """Per-minute completed/failed counts of this queue, oldest first (see
+        :func:`respire_actors.jobs.metrics.read_metrics`); needs workers that record them
+        (``QueueOptions.metrics_retention_minutes``)."""
+        return await read_metrics(self.client, self.keys, minutes)
 
     async def get_logs(self, job_id: str, count: int = 100) -> list[str]:
         """The newest ``count`` (1-1000) retained log lines of a job, oldest first."""

@@ -197,6 +197,9 @@ class Worker(ConsumerHost):
                 selection_batch=(
                     reg.queue_options.scheduling_batch_size if reg.queue_options else None
                 ),
+                metrics_retention=(
+                    reg.queue_options.metrics_retention_minutes if reg.queue_options else 0
+                ),
             ),
             bind=bind_job,
             codec=reg.codec,

@@ -18,6 +18,8 @@
 -- ARGV[6]  page size (1 .. 1000)
 -- ARGV[7]  delivery limit (0 = unlimited); counted as prior attempts + this entry's deliveries
 -- ARGV[8]  acknowledgement: 'ack' (default, keep the body) or 'delete' (see lib/fence.lua)
+-- ARGV[9]  optional metrics retention in minutes (0 = off, the default; 1 .. 1440: count the
+--          delivery-limit dead letters as failed in <ready>:metrics, see lib/metrics.lua)
 --
 -- Admission (pause, then the rate limit, which lowers the page size to the permits left) is
 -- checked before anything is claimed, so a denied page changes no entry and counts no attempt.
@@ -53,6 +55,7 @@
 --!include lib/dead_letter.lua
 --!include lib/group_lease.lua
 --!include lib/coordination.lua
+--!include lib/metrics.lua
 
 local ready, control, events, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local policy, owners, leases, parked = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -65,6 +68,8 @@ if not count or count < 1 or count > 1000 or not limit or limit < 0 or not min_i
 end
 local ack_mode, merr = respire_ack_mode(ready, group, ARGV[8] or 'ack')
 if not ack_mode then return merr end
+local retention, rerr = respire_metrics_arg(ARGV[9])
+if not retention then return rerr end
 local status, allowed, window = respire_admit(control, count)
 if status == 'paused' then return {'paused'} end
 if status == 'limited' then
@@ -85,6 +90,7 @@ local err = respire_preflight(
   {{ready, 'stream'}, {events, 'stream'}, {dead, 'stream'}, {policy, 'hash'}, {owners, 'hash'},
    {leases, 'zset'}, {parked, 'zset'}},
   respire_lease_probes(probes, leases, owners, parked))
+if not err then err = respire_metrics_preflight(ready, retention) end
 if err then return err end
 if redis.call('EXISTS', ready) == 0 then return {'ok', '0-0', {}, 0, 0, 0} end
 
@@ -172,6 +178,7 @@ for _, row in ipairs(rows) do
         if not aerr then respire_coord_undo(ready, events, undo) end
         redis.call('XDEL', events, ev)
         redis.call('XDEL', dead, dl)
+        respire_metrics_record(ready, retention, 0, dead_count)
         return redis.error_reply('RESPIRE_CLAIM dead-lettering ' .. id .. ' failed: ' ..
                                  tostring(ackErr))
       end
@@ -184,6 +191,7 @@ for _, row in ipairs(rows) do
   end
 end
 respire_admit_commit(control, window, #claimed)
+respire_metrics_record(ready, retention, 0, dead_count)
 if #refused > 0 then
   return {'ok', next_cursor, claimed, deleted, dead_count, expired, refused}
 end

@@ -11,9 +11,11 @@
 -- ARGV[3]  n, the number of outcomes; then n groups of 5 values:
 --          entry id, attempt (delivery count), kind ('ack' | 'dead' | 'expired' | 'cancelled'),
 --          dead-letter reason ('' unless dead), job id
--- ARGV[4..] the outcomes above, optionally followed by one last value: 'ack' (default, keep
---          acknowledged bodies) or 'delete' (XACKDEL or XACK + XDEL, decided per call; see
---          lib/fence.lua)
+-- ARGV[4..] the outcomes above, optionally followed by: 'ack' (default, keep acknowledged
+--          bodies) or 'delete' (XACKDEL or XACK + XDEL, decided per call; see lib/fence.lua),
+--          then optionally the metrics retention in minutes (0 = off, the default; 1 .. 1440:
+--          count committed 'ack' as completed and 'dead' as failed in <ready>:metrics, see
+--          lib/metrics.lua)
 --
 -- For each outcome whose fence holds: 'ack' appends a completed event and acknowledges;
 -- 'dead' appends the envelope plus _respire.source_id/_respire.attempt/_respire.reason/
@@ -38,16 +40,18 @@
 --!include lib/dead_letter.lua
 --!include lib/group_lease.lua
 --!include lib/coordination.lua
+--!include lib/metrics.lua
 
 local ready, events, dead = KEYS[1], KEYS[2], KEYS[3]
 local leases, owners, parked = KEYS[4], KEYS[5], KEYS[6]
 local group, consumer = ARGV[1], ARGV[2]
 local n = tonumber(ARGV[3])
-if not n or n < 1 or (#ARGV ~= 3 + n * 5 and #ARGV ~= 4 + n * 5) then
+if not n or n < 1 or #ARGV < 3 + n * 5 or #ARGV > 5 + n * 5 then
   return redis.error_reply('RESPIRE_ARGUMENT completion batch is malformed')
 end
-local requested = 'ack'
-if #ARGV == 4 + n * 5 then requested = ARGV[#ARGV] end
+local requested = ARGV[4 + n * 5] or 'ack'
+local retention, rerr = respire_metrics_arg(ARGV[5 + n * 5])
+if not retention then return rerr end
 local ack_mode, merr = respire_ack_mode(ready, group, requested)
 if not ack_mode then return merr end
 local err = respire_preflight(
@@ -56,6 +60,7 @@ local err = respire_preflight(
   respire_ack_probes(
     {{'XADD', events, '*', 'f', 'v'}, {'XDEL', events, '0-1'}, {'XADD', dead, '*', 'f', 'v'},
      {'XDEL', dead, '0-1'}}, ready, group, ack_mode))
+if not err then err = respire_metrics_preflight(ready, retention) end
 if err then return err end
 -- Leases exist only once a grouped job was delivered: ungrouped queues skip the body read.
 local grouped = redis.call('EXISTS', owners) == 1
@@ -74,6 +79,7 @@ end
 local coordinated = respire_coord_marked(ready)
 
 local statuses = {}
+local completed, failed = 0, 0
 for i = 0, n - 1 do
   local base = 4 + i * 5
   local entry, attempt, kind = ARGV[base], ARGV[base + 1], ARGV[base + 2]
@@ -108,12 +114,16 @@ for i = 0, n - 1 do
       if not aerr then respire_coord_undo(ready, events, undo) end
       if appended_events then redis.call('XDEL', events, appended_events) end
       if appended_dead then redis.call('XDEL', dead, appended_dead) end
+      respire_metrics_record(ready, retention, completed, failed)
       return redis.error_reply('RESPIRE_COMPLETE acknowledging ' .. entry .. ' failed after ' ..
                                table.concat(statuses, ',') .. ': ' .. tostring(ackErr))
     end
     local g = grouped and respire_field(body, '_respire.job.group')
     if g then respire_group_release(leases, owners, parked, g, entry, consumer, attempt) end
+    if kind == 'ack' then completed = completed + 1 end
+    if kind == 'dead' then failed = failed + 1 end
     statuses[#statuses + 1] = 1
   end
 end
+respire_metrics_record(ready, retention, completed, failed)
 return statuses

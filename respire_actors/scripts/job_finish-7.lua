@@ -23,6 +23,8 @@
 -- ARGV[12] acknowledgement: 'ack' (keep the body) or 'delete' (decided per call, lib/fence.lua)
 -- ARGV[13] '1' when the handler completed with a flow result (Job.complete), else '0'
 -- ARGV[14] that result (at most 4096 bytes; '' otherwise)
+-- ARGV[15] optional metrics retention in minutes (0 = off, the default; 1 .. 1440: count the
+--          committed outcome in <ready>:metrics, see lib/metrics.lua); needs ARGV[13], ARGV[14]
 --
 -- When the fence holds: 'ack' appends a completed event, 'dead' appends the dead letter (as
 -- job_complete does, plus _respire.detail when given) and a dead-letter event; with a retention
@@ -40,13 +42,14 @@
 --!include lib/dead_letter.lua
 --!include lib/group_lease.lua
 --!include lib/coordination.lua
+--!include lib/metrics.lua
 
 local ready, events, dead, record = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local leases, owners, parked = KEYS[5], KEYS[6], KEYS[7]
 local group, consumer, entry, attempt = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local kind, reason, job_id, detail = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local keep, state, result = tonumber(ARGV[9]), ARGV[10], ARGV[11]
-if (#ARGV ~= 12 and #ARGV ~= 14) or (kind ~= 'ack' and kind ~= 'dead') or not keep or keep < 0
+if (#ARGV ~= 12 and #ARGV ~= 14 and #ARGV ~= 15) or (kind ~= 'ack' and kind ~= 'dead') or not keep or keep < 0
    or keep > 2147483647 or keep % 1 ~= 0 or #detail > 1024
    or (state ~= '' and state ~= 'value' and state ~= 'result-too-large'
        and state ~= 'result-unencodable') or (state ~= 'value' and result ~= '') then
@@ -58,6 +61,8 @@ if (has_result ~= '0' and has_result ~= '1') or #flow_result > 4096
   return redis.error_reply('RESPIRE_ARGUMENT malformed flow result')
 end
 if has_result == '0' then flow_result = nil end
+local retention, rerr = respire_metrics_arg(ARGV[15])
+if not retention then return rerr end
 local ack_mode, merr = respire_ack_mode(ready, group, ARGV[12])
 if not ack_mode then return merr end
 local probes = {{'XADD', events, '*', 'f', 'v'}, {'XDEL', events, '0-1'}}
@@ -76,6 +81,7 @@ local err = respire_preflight(
   {{ready, 'stream'}, {events, 'stream'}, {dead, 'stream'}, {record, 'hash'}, {leases, 'zset'},
    {owners, 'hash'}, {parked, 'zset'}},
   respire_ack_probes(probes, ready, group, ack_mode))
+if not err then err = respire_metrics_preflight(ready, retention) end
 if err then return err end
 
 if not respire_fence(ready, group, entry, consumer, attempt) then return 0 end
@@ -125,4 +131,9 @@ if not ok then
 end
 local g = grouped and respire_field(body, '_respire.job.group')
 if g then respire_group_release(leases, owners, parked, g, entry, consumer, attempt) end
+if kind == 'ack' then
+  respire_metrics_record(ready, retention, 1, 0)
+else
+  respire_metrics_record(ready, retention, 0, 1)
+end
 return 1
