@@ -8,11 +8,26 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_job_scripts import CLAIM_GROUP_KEYS, GROUP, complete, pairs, pending, read, s
+from test_job_scripts import (
+    CLAIM_GROUP_KEYS,
+    GROUP,
+    complete,
+    pairs,
+    pending,
+    read,
+    restricted_client,
+    s,
+)
 
 from respire_actors.codecs import StrCodec
-from respire_actors.errors import ScriptError, UnsupportedSchema
+from respire_actors.errors import (
+    PermissionDenied,
+    ScriptError,
+    ServerError,
+    UnsupportedSchema,
+)
 from respire_actors.jobs import FAIL_PARENT, FlowNode, FlowNodeResult, JobQueue
+from respire_actors.jobs.flows import child_results
 from respire_actors.keys import JobQueueKeys
 from respire_actors.redis.client import RedisClient
 from respire_actors.redis.scripts import load
@@ -256,3 +271,67 @@ async def test_a_replayed_node_runs_as_an_independent_job(
         ("x", "failed"),
         ("y", "completed"),
     ]
+
+
+@pytest.mark.parametrize("denied", ["-set", "-xdel", "-xadd", "-get", "-exists", "-type"])
+async def test_enqueue_checks_permissions_before_writing(
+    server_url: str, client: RedisClient, queue: JobQueue[str], unique_name: str, denied: str
+) -> None:
+    # TYPE is not probed (the preflight runs it): its ACL refusal is the server's own error
+    expected = ServerError if denied == "-type" else PermissionDenied
+    async with restricted_client(server_url, client, unique_name, denied) as restricted:
+        with pytest.raises(expected):
+            await JobQueue(restricted, queue.name, StrCodec()).enqueue_flow("f", pair())
+    keys = queue.keys
+    assert await client.execute("EXISTS", keys.ready, keys.flow("f"), keys.coordinated) == 0
+
+
+@pytest.mark.parametrize("denied", ["-set", "-xdel", "-xadd"])
+async def test_a_completion_checks_flow_permissions_before_writing(
+    server_url: str,
+    client: RedisClient,
+    queue: JobQueue[str],
+    keys: JobQueueKeys,
+    unique_name: str,
+    denied: str,
+) -> None:
+    x, _ = await started(client, queue, pair())
+    before = await client.execute("GET", keys.flow("f"))
+    async with restricted_client(server_url, client, unique_name, denied) as restricted:
+        with pytest.raises(PermissionDenied):
+            await finish(restricted, keys, "c1", x, 1, "x", b"r")
+    assert await client.execute("GET", keys.flow("f")) == before
+    assert (await pending(client, keys))[0][0] == x
+    assert await client.execute("EXISTS", keys.events) == 0
+
+
+async def test_removal_needs_del(
+    server_url: str, client: RedisClient, queue: JobQueue[str], unique_name: str
+) -> None:
+    assert await queue.enqueue_flow("f", FlowNode("solo", "s"))
+    await client.execute(
+        "EVAL",
+        "local st = cmsgpack.unpack(redis.call('GET', KEYS[1])); st.status = 'c';"
+        " redis.call('SET', KEYS[1], cmsgpack.pack(st))",
+        1,
+        queue.keys.flow("f"),
+    )
+    async with restricted_client(server_url, client, unique_name, "-del") as restricted:
+        with pytest.raises(PermissionDenied):
+            await JobQueue(restricted, queue.name, StrCodec()).remove_flow("f")
+    assert await client.execute("EXISTS", queue.keys.flow("f")) == 1
+
+
+async def test_child_results_refuse_an_unknown_schema_version(
+    client: RedisClient, queue: JobQueue[str], keys: JobQueueKeys
+) -> None:
+    await started(client, queue, pair())
+    await client.execute(
+        "EVAL",
+        "local st = cmsgpack.unpack(redis.call('GET', KEYS[1])); st.v = 2;"
+        " redis.call('SET', KEYS[1], cmsgpack.pack(st))",
+        1,
+        keys.flow("f"),
+    )
+    with pytest.raises(UnsupportedSchema):
+        await child_results(client, keys, "f", 1, "root")

@@ -10,6 +10,7 @@ import pytest
 from helpers.keyspace import delete_matching
 from jobs_helpers import fields_of, forbid_commands, text
 
+from respire_actors.actors.messages import Complete
 from respire_actors.codecs import BytesCodec, EncodeError, StrCodec
 from respire_actors.errors import (
     FlowActive,
@@ -18,6 +19,7 @@ from respire_actors.errors import (
     FlowSharedNode,
     FlowTooLarge,
     InvalidFlow,
+    ResultTooLarge,
     ServerError,
     ValidationError,
     WrongKeyType,
@@ -319,3 +321,13 @@ async def test_a_flow_key_of_another_type_is_refused(
         with pytest.raises(WrongKeyType):
             await call
     assert await client.execute("XLEN", queue.keys.ready) == 0
+
+
+async def test_an_oversize_result_is_refused_in_the_handler(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """``job.complete`` (the Complete outcome) refuses a result over 4 KiB before anything is
+    sent; exactly 4 KiB is fine."""
+    with forbid_commands(client), pytest.raises(ResultTooLarge):
+        Complete(b"x" * 4097)
+    assert Complete(b"x" * 4096).result == b"x" * 4096
