@@ -19,6 +19,7 @@ import uuid
 
 import anyio
 from _common import cleanup, print_table, run_benchmark
+from bench_jobs import server_usec
 
 from respire_actors import (
     ACK,
@@ -92,9 +93,11 @@ async def bench_flows(url: str, flows: int, concurrency: int) -> float:
     return flows / elapsed
 
 
-async def bench_plain(url: str, jobs: int, concurrency: int, with_flows: bool) -> float:
-    """Plain no-op jobs per second; ``with_flows``: the queue has the coordination marker and a
-    finished flow's state, as a queue that also runs flows would."""
+async def bench_plain(
+    url: str, jobs: int, concurrency: int, with_flows: bool
+) -> tuple[float, float]:
+    """Plain no-op jobs per second and server CPU (µs) per job; ``with_flows``: the queue has
+    the coordination marker and a flow's state, as a queue that also runs flows would."""
     async with connect(url) as client:
         queue = JobQueue(client, f"bench-{uuid.uuid4().hex[:8]}", BytesCodec())
         if with_flows:
@@ -118,17 +121,19 @@ async def bench_plain(url: str, jobs: int, concurrency: int, with_flows: bool) -
             BytesCodec(),
             WorkerOptions(consumer_count=concurrency, read_batch=max(concurrency, 32)),
         )
+        usec = await server_usec(client)
         async with anyio.create_task_group() as tg:
             t = time.perf_counter()
             await tg.start(worker.run, client)
             await done.wait()
             elapsed = time.perf_counter() - t
+            usec = await server_usec(client) - usec
             await worker.stop()
             tg.cancel_scope.cancel()
         marked = await client.execute("EXISTS", queue.keys.coordinated)
         assert bool(marked) == with_flows
         await cleanup(client, queue)
-    return jobs / elapsed
+    return jobs / elapsed, usec / jobs
 
 
 async def run(url: str, args: argparse.Namespace) -> None:
@@ -144,14 +149,14 @@ async def run(url: str, args: argparse.Namespace) -> None:
         )
     ]
     for with_flows in (False, True):
-        rates = []
-        for _ in range(3):
-            rates.append(await bench_plain(url, args.jobs, args.concurrency, with_flows))
+        runs = [await bench_plain(url, args.jobs, args.concurrency, with_flows) for _ in range(3)]
+        rates = [r for r, _ in runs]
         label = "with flows (marker set)" if with_flows else "without flows"
         rows.append(
             (
                 f"plain no-op jobs, {label}",
-                f"{statistics.median(rates):,.0f} jobs/s; runs "
+                f"{statistics.median(rates):,.0f} jobs/s, server "
+                f"{statistics.median(u for _, u in runs):.1f} µs/job; runs "
                 + ", ".join(f"{r:,.0f}" for r in rates),
             )
         )
