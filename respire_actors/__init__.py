@@ -17,6 +17,7 @@ from .codecs import (
 )
 from .embedded import EmbeddedConfig, open_embedded_server, run_embedded_server
 from .errors import (
+    ClusterReconfiguring,
     CommandTimeout,
     ConfigurationError,
     ConsumerGroupMissing,
@@ -135,6 +136,7 @@ __all__ = [
     "BytesCodec",
     "Codec",
     "CodecError",
+    "ClusterReconfiguring",
     "CommandTimeout",
     "JobDeadLettered",
     "JobResultError",

@@ -12,7 +12,9 @@
     ├── ConfigurationError                  a setting that cannot work (bad URL, mismatched policy)
     │   └── ConsumerGroupMissing            a queue's consumer group vanished (never recreated at 0)
     ├── RedisUnavailable                    cannot reach the server, or the connection dropped
-    │   └── CommandTimeout (also TimeoutError)  no reply within the command timeout
+    │   ├── CommandTimeout (also TimeoutError)  no reply within the command timeout
+    │   └── ClusterReconfiguring            a slot is migrating / the cluster is down for it;
+    │                                       the command did NOT run (safe to repeat)
     ├── UnsupportedServer                   the server is older than Redis 7.0
     ├── FlowError                           a parent/child job flow operation was refused
     │   ├── InvalidFlow (also ValidationError)  a tree or flow argument refused before sending
@@ -83,6 +85,16 @@ class RedisUnavailable(RespireError):
 
 class CommandTimeout(RedisUnavailable, TimeoutError):
     """No reply arrived within the command timeout. The command may still have run."""
+
+
+class ClusterReconfiguring(RedisUnavailable):
+    """The cluster could not serve the command's slot right now and the command did **not**
+    run: the slot is being migrated (``TRYAGAIN``: a multi-key command during resharding), the
+    cluster is down for it (``CLUSTERDOWN``), or redirections kept pointing elsewhere. The client
+    retries such replies for ``ConnectionSettings.cluster_retry_timeout`` before raising this;
+    the runtime's actors wait it out with backoff. A producer may repeat the call as is."""
+
+    ran = False
 
 
 class UnsupportedServer(RespireError):
