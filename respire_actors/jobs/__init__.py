@@ -2,6 +2,15 @@
 
 from ..actors.runtime import WorkerStatistics
 from .batches import BatchStatus, Callback
+from .flows import (
+    CONTINUE,
+    FAIL_PARENT,
+    IGNORE,
+    FlowFailurePolicy,
+    FlowNode,
+    FlowNodeResult,
+    FlowStatus,
+)
 from .groups import GroupInfo, GroupOptions, GroupPage
 from .job import Job
 from .metrics import MinuteMetrics, read_metrics
@@ -35,6 +44,13 @@ from .recurring import (
 from .worker import Registration, Worker
 
 __all__ = [
+    "CONTINUE",
+    "FAIL_PARENT",
+    "IGNORE",
+    "FlowFailurePolicy",
+    "FlowNode",
+    "FlowNodeResult",
+    "FlowStatus",
     "ACK",
     "CATCH_UP",
     "SKIP",

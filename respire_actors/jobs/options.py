@@ -26,14 +26,15 @@ MAX_PRIORITY = 2**31 - 1
 MAX_GROUP_BYTES = 1024
 """Longest application group name, in UTF-8 bytes."""
 MIN_PRIORITY = -(2**31)
+
+
 MAX_JOB_ID_BYTES = 1024
-"""Longest job id (and batch id), in UTF-8 bytes."""
+"""Longest job id (and flow id), in UTF-8 bytes."""
 
 
 def validate_job_id(job_id: object, *, what: str = "job id") -> str:
-    """Check a job id (or, with ``what``, another application id such as a batch id): a
-    nonblank, valid-Unicode ``str`` of at most :data:`MAX_JOB_ID_BYTES` UTF-8 bytes. Raises
-    :class:`ValidationError` (before anything is sent to Redis)."""
+    """Check a job id (or, with ``what``, a flow id): a nonblank, valid-Unicode ``str`` of at
+    most :data:`MAX_JOB_ID_BYTES` UTF-8 bytes. Raises :class:`ValidationError`."""
     if not isinstance(job_id, str):
         raise ValidationError(f"{what} must be a str, got {type(job_id).__name__}")
     if not job_id.strip():
