@@ -46,6 +46,7 @@ from ..codecs import Codec, JsonValueCodec, check_codec
 from ..errors import ValidationError
 from ..keys import JobQueueKeys, validate_name
 from ..redis.client import RedisClient
+from ..tracing import ConsumerTelemetry
 from .job import bind_job
 from .recurring import RecurringOptions, RecurringScheduler
 from .source import JobSource
@@ -213,6 +214,7 @@ class Worker(ConsumerHost):
             ),
             queue_options=reg.queue_options,
             result_codec=reg.result_codec,
+            telemetry=ConsumerTelemetry(o.telemetry_name or reg.queue, reg.queue),
         )
 
     def build(self, client: RedisClient) -> Supervisor:
