@@ -169,10 +169,22 @@ def incoming_link(fields: Mapping[bytes, bytes], names: Sequence[str]) -> Link |
     parent = fields.get(names[0].encode())
     if not parent:
         return None
-    carrier = {"traceparent": parent.decode("ascii", "replace")}
-    state = fields.get(names[1].encode())
-    if state:
-        carrier["tracestate"] = state.decode("ascii", "replace")
+    state = fields.get(names[1].encode()) or b""
+    return link_to(parent.decode("ascii", "replace"), state.decode("ascii", "replace"))
+
+
+def link_to(traceparent: str, tracestate: str = "") -> Link | None:
+    """A link to the W3C context ``traceparent`` (+ ``tracestate``), None when it is empty or
+    invalid. Use it to link your own processing span to a received message::
+
+        link = tracing.link_to(message.traceparent, message.tracestate)
+        with tracer.start_as_current_span("handle", links=[link] if link else None): ...
+    """
+    if not traceparent:
+        return None
+    carrier = {"traceparent": traceparent}
+    if tracestate:
+        carrier["tracestate"] = tracestate
     try:
         ctx = _PROPAGATOR.extract(carrier, context=_EMPTY)
     except Exception:
@@ -194,6 +206,23 @@ def consumer_span(name: str, link: Link | None, attributes: Mapping[str, Any]) -
         kind=SpanKind.CONSUMER,
         links=[link] if link is not None else None,
         attributes=dict(attributes),
+    )
+
+
+def receive_span(
+    name: str, links: Sequence[Link], attributes: Mapping[str, Any], start_time: int
+) -> trace.Span | None:
+    """A CONSUMER span for a pull-based receive that already happened (from ``start_time``,
+    ns since the epoch): a child of the caller's context, linked to every received message's
+    producer context. None when tracing is off."""
+    if not enabled():
+        return None
+    return _start(
+        name,
+        kind=SpanKind.CONSUMER,
+        links=list(links) or None,
+        attributes=dict(attributes),
+        start_time=start_time,
     )
 
 
