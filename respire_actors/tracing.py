@@ -17,8 +17,9 @@ a span starts or ends is logged (DEBUG) and swallowed.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,11 +50,31 @@ _EMPTY = otel_context.Context()
 _tracer = trace.get_tracer(TRACER_NAME)  # a proxy: binds to the provider once one is set
 
 
+_on = False
+
+
 def enabled() -> bool:
-    """True when an application installed a tracer provider (an SDK): only then are spans
-    created. Cheap enough for the per-job path."""
-    provider = trace.get_tracer_provider()
-    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
+    """True once an application installed a tracer provider (an SDK): only then are spans
+    created. Cheap enough for the per-job path: a global provider can be set only once, so once
+    true it stays true, and until then only the API's own global is looked at (its public
+    getter reads the environment on every call)."""
+    global _on
+    if _on:
+        return True
+    provider = getattr(trace, "_TRACER_PROVIDER", _UNKNOWN)
+    if provider is _UNKNOWN:  # an API without that global: ask it properly
+        provider = trace.get_tracer_provider()
+    if provider is None or isinstance(
+        provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider
+    ):
+        return False
+    _on = True
+    return True
+
+
+_UNKNOWN = object()
+if os.environ.get("OTEL_PYTHON_TRACER_PROVIDER"):
+    trace.get_tracer_provider()  # loads the configured provider into the API's global
 
 
 def _start(name: str, **kwargs: Any) -> trace.Span | None:
@@ -112,17 +133,25 @@ def trace_fields(names: Sequence[str] = STREAM_TRACE_FIELDS) -> list[bytes | str
     return context_fields(None, names)
 
 
-@contextmanager
+_NO_SPAN: AbstractContextManager[None] = nullcontext(None)
+
+
 def producer_span(
     operation: str, destination: str, attributes: Mapping[str, Any] | None = None
-) -> Iterator[trace.Span | None]:
+) -> AbstractContextManager[trace.Span | None]:
     """A PRODUCER span named ``"<operation>"`` around one send; None when tracing is off.
 
     Not made current: the persisted context comes from :func:`context_fields`. An exception
     from the body marks the span as failed (type only, no message) and propagates."""
     if not enabled():
-        yield None
-        return
+        return _NO_SPAN
+    return _producer_span(operation, destination, attributes)
+
+
+@contextmanager
+def _producer_span(
+    operation: str, destination: str, attributes: Mapping[str, Any] | None
+) -> Iterator[trace.Span | None]:
     attrs: dict[str, Any] = {
         "messaging.system": SYSTEM,
         "messaging.destination.name": destination,

@@ -119,20 +119,21 @@ async def run_handler(rt: QueueRuntime, delivery: Delivery, arg: Any) -> Any:
             )
         except Exception:
             log.debug("recording the handler duration failed; ignored", exc_info=True)
-        decided = _outcome_name(outcome) if result == "returned" else result
-        if getattr(arg, "lease_lost", False):
-            decided = "lease-lost"
-        if span is not None:
-            tracing.set_attributes(span, {"respire.outcome": decided})
-            tracing.end(span)
-        if debug:
-            log.debug(
-                "%s: handler for %r ended: %s",
-                rt.name,
-                delivery.job_id or delivery.entry_id,
-                decided,
-                extra={**fields(rt, delivery, "outcome-decided"), "outcome": decided},
-            )
+        if span is not None or debug:
+            decided = _outcome_name(outcome) if result == "returned" else result
+            if getattr(arg, "lease_lost", False):
+                decided = "lease-lost"
+            if span is not None:
+                tracing.set_attributes(span, {"respire.outcome": decided})
+                tracing.end(span)
+            if debug:
+                log.debug(
+                    "%s: handler for %r ended: %s",
+                    rt.name,
+                    delivery.job_id or delivery.entry_id,
+                    decided,
+                    extra={**fields(rt, delivery, "outcome-decided"), "outcome": decided},
+                )
 
 
 def log_claimed(rt: QueueRuntime, mode: str, deliveries: Sequence[Delivery]) -> None:
