@@ -18,13 +18,15 @@ import argparse
 import contextlib
 import json
 import statistics
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
+
 MODES = ("off", "api", "sdk")
+SCRIPT = str(Path(__file__).resolve())
 
 
 def _set_mode(mode: str) -> None:
@@ -73,15 +75,14 @@ async def _parent(url: str, args: argparse.Namespace) -> None:
     from _common import print_table
 
     results: dict[str, list[dict[str, float]]] = {m: [] for m in MODES}
-    script = str(Path(__file__).resolve())
     for _ in range(args.rounds):
         for mode in MODES:
-            out = subprocess.run(
-                [sys.executable, script, "--redis-url", url, "--backend", args.backend,
+            done = await anyio.run_process(
+                [sys.executable, SCRIPT, "--redis-url", url, "--backend", args.backend,
                  "--jobs", str(args.jobs), "--concurrency", str(args.concurrency),
                  "--mode", mode],
-                check=True, capture_output=True, text=True,
-            ).stdout  # fmt: skip
+            )  # fmt: skip
+            out = done.stdout.decode()
             results[mode].append(json.loads(out.strip().splitlines()[-1]))
     rows = []
     base = statistics.median(r["process"] for r in results["off"])
@@ -116,8 +117,6 @@ if __name__ == "__main__":
         parser.add_argument("--backend", default="trio")
         _options(parser)
         child_args = parser.parse_args()
-        import anyio
-
         anyio.run(_child, child_args.redis_url, child_args, backend=child_args.backend)
     else:
         from _common import run_benchmark
