@@ -4,6 +4,10 @@ attempt that is a new root linked to it, on both servers and both backends."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import textwrap
 from datetime import timedelta
 from typing import Any
 
@@ -17,6 +21,7 @@ from jobs_helpers import (
     fields_of,
     running_worker,
     wait_until,
+    wait_until_async,
 )
 from opentelemetry import trace
 from opentelemetry.trace import (
@@ -325,3 +330,81 @@ async def test_recurring_ticks_are_enqueued_under_a_producer_span(
     fields = await envelope(client, queue, str(attrs["messaging.message.id"]))
     assert fields["_respire.trace.parent"] == traceparent(span.context)
     assert fields["_respire.job.id"] == str(attrs["respire.job.id"])
+
+
+CRASHING_WORKER = textwrap.dedent(
+    """
+    import sys
+    from datetime import timedelta
+
+    import anyio
+
+    from respire_actors.codecs import StrCodec
+    from respire_actors.jobs import Worker, WorkerOptions
+    from respire_actors.redis.client import connect
+
+    url, queue, ready_key = sys.argv[1:4]
+
+    async def main():
+        async with connect(url) as client:
+            async def handler(job):
+                parent = job.delivery.fields.get(b"_respire.trace.parent", b"")
+                await client.execute("SET", ready_key, parent)
+                await anyio.sleep_forever()
+
+            worker = Worker()
+            options = WorkerOptions(
+                consumer_name="doomed", visibility_timeout=timedelta(seconds=60)
+            )
+            worker.register(queue, handler, StrCodec(), options)
+            await worker.run(client)
+
+    anyio.run(main)
+    """
+)
+
+
+@pytest.mark.slow
+async def test_a_killed_process_job_recovered_elsewhere_links_to_its_enqueue(
+    otel: Otel, server_url: str, client: RedisClient, queue: JobQueue[str]
+) -> None:
+    with TRACER.start_as_current_span("request"):
+        enqueued = await queue.enqueue("crash", "x")
+    [producer] = otel.spans("job enqueue")
+    ready_key = queue.keys.custom("crash-ready")
+    process = await anyio.open_process(
+        [sys.executable, "-c", CRASHING_WORKER, server_url, queue.name, ready_key],
+        stdin=subprocess.DEVNULL,
+        stdout=None,
+        stderr=None,
+    )
+    try:
+
+        async def handler_running() -> bool:
+            assert process.returncode is None, "the worker process exited early"
+            return bool(await client.execute("EXISTS", ready_key))
+
+        await wait_until_async(handler_running, timeout=30)
+    finally:
+        process.kill()  # SIGKILL: no cleanup, no acknowledgement
+        with anyio.fail_after(10, shield=True):
+            await process.aclose()
+    assert process.returncode == -signal.SIGKILL
+    # the killed process saw the producer's context in the envelope
+    assert (await client.execute("GET", ready_key)).decode() == traceparent(producer.context)
+
+    async def handler(job: Job[str]) -> object:
+        return ACK
+
+    options = fast_options(visibility_timeout=timedelta(milliseconds=300))
+    async with running_worker(client, queue.name, handler, options=options) as worker:
+        await wait_until(lambda: worker.statistics(queue.name).acked == 1)
+        assert worker.statistics(queue.name).recovered == 1
+    [process_span] = otel.spans("job process")
+    attrs = process_span.attributes or {}
+    assert (attrs["messaging.message.id"], attrs["respire.delivery.attempt"]) == (
+        enqueued.entry_id,
+        2,
+    )
+    assert process_span.parent is None
+    assert linked(process_span) == [ids(producer.context)]
