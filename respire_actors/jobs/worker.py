@@ -5,6 +5,7 @@
     worker                               (root supervisor, one_for_one)
     └── queue:email                      (one supervisor per registration, one_for_one)
         ├── membership                   start-up checks; removes an idle consumer at stop
+        ├── sampler                      Redis-side metric gauges, read when a collection asks
         ├── completer                    commits outcomes in batches (stopped last, drains)
         ├── renewer                      renews running deliveries' leases (renew_leases)
         ├── runners                      consumer_count handler runners
