@@ -5,13 +5,16 @@
     RespireError
     ├── ValidationError (also ValueError)   bad input, raised before anything is sent to Redis
     │   ├── InvalidSchedule                 a recurring schedule that can never run as asked
+    │   ├── ResultTooLarge                  a flow node's result (Job.complete) is over 4 KiB
     │   └── CodecError                      (codecs) a payload could not be encoded or decoded
     │       ├── EncodeError                 a value could not be serialised; nothing was sent
     │       └── DecodeError                 stored bytes are not a valid payload
     ├── ConfigurationError                  a setting that cannot work (bad URL, mismatched policy)
     │   └── ConsumerGroupMissing            a queue's consumer group vanished (never recreated at 0)
     ├── RedisUnavailable                    cannot reach the server, or the connection dropped
-    │   └── CommandTimeout (also TimeoutError)  no reply within the command timeout
+    │   ├── CommandTimeout (also TimeoutError)  no reply within the command timeout
+    │   └── ClusterReconfiguring            a slot is migrating / the cluster is down for it;
+    │                                       the command did NOT run (safe to repeat)
     ├── UnsupportedServer                   the server is older than Redis 7.0
     ├── JobResultError                      a job's retained result cannot be returned
     │   ├── JobResultTimeout (also TimeoutError)  no outcome within ``queue.result``'s timeout
@@ -22,6 +25,7 @@
     │   ├── PermissionDenied                ACL refused a command (NOPERM or our preflight)
     │   ├── WrongKeyType                    a key holds another type than the queue expects
     │   ├── ScriptError                     a Lua script reported a broken invariant
+    │   ├── UnsupportedSchema               flow or batch state of an unknown schema version
     │   └── TransactionAborted              WATCH saw a change; nothing in the transaction ran
     └── EmbeddedServerError                 the embedded valkey-server could not start or stopped
 
@@ -73,6 +77,16 @@ class RedisUnavailable(RespireError):
 
 class CommandTimeout(RedisUnavailable, TimeoutError):
     """No reply arrived within the command timeout. The command may still have run."""
+
+
+class ClusterReconfiguring(RedisUnavailable):
+    """The cluster could not serve the command's slot right now and the command did **not**
+    run: the slot is being migrated (``TRYAGAIN``: a multi-key command during resharding), the
+    cluster is down for it (``CLUSTERDOWN``), or redirections kept pointing elsewhere. The client
+    retries such replies for ``ConnectionSettings.cluster_retry_timeout`` before raising this;
+    the runtime's actors wait it out with backoff. A producer may repeat the call as is."""
+
+    ran = False
 
 
 class UnsupportedServer(RespireError):
@@ -150,6 +164,17 @@ class JobResultUnavailable(JobResultError):
     def __init__(self, message: str, job_id: str, problem: str) -> None:
         super().__init__(message, job_id)
         self.problem = problem
+
+
+class ResultTooLarge(ValidationError):
+    """A flow node's result (:meth:`Job.complete`) is over 4096 bytes. Raised in the handler,
+    before anything is sent; the handler's failure then takes the nack path."""
+
+
+class UnsupportedSchema(ServerError):
+    """Redis holds flow or batch state written by a schema version this release does not know
+    (``RESPIRE_SCHEMA``). Nothing was changed; upgrade the workers and clients, or remove the
+    state with the release that wrote it."""
 
 
 class EmbeddedServerError(RespireError):

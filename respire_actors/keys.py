@@ -15,6 +15,10 @@ Job queue ``email`` (prefix ``P``)::
     P{respire-job:email}:scheduled        staging stream of delayed jobs and durable retries
     P{respire-job:email}:due              due-time index of the staging stream
     P{respire-job:email}:result:<sha256>  retained outcome record of one job id (keep_results)
+    P{respire-job:email}:flow:<sha1>      state of one flow (parent/child results, statuses)
+    P{respire-job:email}:batch:<sha1>     state of one batch (members, counts, callbacks)
+    P{respire-job:email}:coordinated      marker: the queue has (had) flows or batches
+    P{respire-job:email}:ready:metrics        per-minute completed/failed counters
     P{respire-job:email}:ready:group-order    rotation of application groups with staged jobs
     P{respire-job:email}:ready:group-jobs     staged grouped jobs (encoded group + due + id)
     P{respire-job:email}:ready:group-cursor   the last group visited (shared rotation cursor)
@@ -72,6 +76,12 @@ def digest(identity: str) -> str:
     return hashlib.sha256(identity.encode("utf-8")).hexdigest()
 
 
+def _sha1(identity: str) -> str:
+    """The hex SHA-1 of an identity, as Lua's ``redis.sha1hex`` computes it (flow and batch keys
+    are derived inside the completion scripts, where SHA-256 is not available)."""
+    return hashlib.sha1(identity.encode("utf-8"), usedforsecurity=False).hexdigest()
+
+
 def hash_tag(key: str) -> str:
     """The part of ``key`` Redis Cluster hashes (the first non-empty ``{...}``, else all)."""
     start = key.find("{")
@@ -126,6 +136,11 @@ class JobQueueKeys:
         return f"{self.base}:due"
 
     @property
+    def metrics(self) -> str:
+        """Per-minute completion counters (a hash; QueueOptions.metrics_retention_minutes)."""
+        return f"{self.ready}:metrics"
+
+    @property
     def group_order(self) -> str:
         return f"{self.ready}:group-order"
 
@@ -167,6 +182,22 @@ class JobQueueKeys:
     def result(self, job_id: str) -> str:
         """The retained outcome record (a hash) of one job id."""
         return f"{self.base}:result:{digest(job_id)}"
+
+    # -- flows and batches (jobs/flows.py, jobs/batches.py) ----------------------------------
+    # The completion scripts derive these names from the ready key (scripts/lib/coordination.lua):
+    # keep the two in step. SHA-1 because it is what Lua (redis.sha1hex) can compute.
+    def flow(self, flow_id: str) -> str:
+        """The state (a string) of one flow."""
+        return f"{self.base}:flow:{_sha1(flow_id)}"
+
+    def batch(self, batch_id: str) -> str:
+        """The state (a string) of one batch."""
+        return f"{self.base}:batch:{_sha1(batch_id)}"
+
+    @property
+    def coordinated(self) -> str:
+        """Marker: the queue has (had) flows or batches, so completions read entry bodies."""
+        return f"{self.base}:coordinated"
 
     def custom(self, suffix: str) -> str:
         """A caller-chosen key inside this queue's slot (e.g. a dead-letter override)."""

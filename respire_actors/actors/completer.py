@@ -99,10 +99,12 @@ async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
             rt.stats.retried += 1
         elif c.kind == "release":
             rt.stats.group_releases += 1
+        elif c.kind == "cancelled":
+            rt.stats.cancelled += 1
     return [max(0, s) for s in statuses]
 
 
-_KINDS = frozenset({"ack", "dead", "expired", "retry", "release"})
+_KINDS = frozenset({"ack", "dead", "expired", "retry", "release", "cancelled"})
 
 
 def _malformed(c: Completion) -> str:
@@ -126,6 +128,10 @@ def _malformed(c: Completion) -> str:
             return "bad delay or retention"
     if not isinstance(c.result, bytes) or not isinstance(c.result_state, str):
         return "bad result"
+    if c.flow_result is not None and (
+        c.kind != "ack" or not isinstance(c.flow_result, bytes) or len(c.flow_result) > 4096
+    ):
+        return "bad flow result"
     return ""
 
 

@@ -20,6 +20,15 @@ def dispatch_page(rt: QueueRuntime, mode: str, result: ClaimResult, taken: int) 
     rt.stats.cleared_deleted_refs += result.cleared_deleted
     rt.stats.dead_lettered_by_recovery += result.dead_lettered
     rt.stats.expired += result.expired
+    for entry_id, error in result.refused:
+        rt.stats.rejected_completions += 1
+        log.error(
+            "recovery left entry %s of %s pending: its delivery limit is reached but its flow or "
+            "batch state refused the update (%s); repair or upgrade that state",
+            entry_id,
+            rt.name,
+            error,
+        )
     rt.admission.release(taken - len(result.deliveries))
     log_claimed(rt, mode, result.deliveries)
     log_recovery_dead_letters(rt, result.dead_lettered)

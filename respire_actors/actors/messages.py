@@ -10,11 +10,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from ..errors import ValidationError
+from ..errors import ResultTooLarge, ValidationError
 
 MAX_DETAIL_BYTES = 1024
 """Longest free-text dead-letter detail, in UTF-8 bytes (longer is refused, never truncated)."""
 MAX_RETRY_DELAY_MS = 2**31 - 1
+MAX_FLOW_RESULT_BYTES = 4096
+"""Largest result a flow node may keep with :meth:`Job.complete` (larger is refused)."""
 
 
 class DeadLetterReason(StrEnum):
@@ -108,7 +110,34 @@ def _delay(value: object) -> int:
     return value
 
 
-def check_outcome(outcome: Ack | Nack | DeadLetter | RetryAfter) -> None:
+def _flow_result(value: object) -> bytes:
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise ValidationError(
+            f"a completion result must be bytes, got {type(value).__name__}; encode it first"
+        )
+    data = bytes(value)
+    if len(data) > MAX_FLOW_RESULT_BYTES:
+        raise ResultTooLarge(
+            f"the result is {len(data)} bytes; the limit is {MAX_FLOW_RESULT_BYTES} (store "
+            "larger data elsewhere and return a reference)"
+        )
+    return data
+
+
+@dataclass(frozen=True, slots=True)
+class Complete:
+    """Success with a retained binary result (from :meth:`Job.complete`): a flow node keeps
+    ``result`` for its parent's :meth:`Job.child_results` and for ``flow_results``. ``b""`` is a
+    result; a plain return or ``ACK`` completes with none. Outside a flow it is an ordinary
+    success (with ``keep_results``, the bytes are the kept value)."""
+
+    result: bytes
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "result", _flow_result(self.result))
+
+
+def check_outcome(outcome: Ack | Nack | DeadLetter | RetryAfter | Complete) -> None:
     """Re-validate an outcome where the runner receives it: a handler can still build one that
     bypasses ``__post_init__`` (``object.__setattr__``, a subclass). Raises
     :class:`~respire_actors.errors.ValidationError`."""
@@ -117,9 +146,11 @@ def check_outcome(outcome: Ack | Nack | DeadLetter | RetryAfter) -> None:
         _detail(outcome.detail)
     elif isinstance(outcome, RetryAfter):
         _delay(outcome.delay_ms)
+    elif isinstance(outcome, Complete):
+        _flow_result(outcome.result)
 
 
-Outcome = Ack | Nack | DeadLetter | RetryAfter
+Outcome = Ack | Nack | DeadLetter | RetryAfter | Complete
 
 ACK = Ack()
 NACK = Nack()
@@ -171,7 +202,9 @@ class Completion:
     """An outcome on its way to the completer."""
 
     delivery: Delivery
-    kind: str  # 'ack' | 'dead' | 'expired' | 'retry' | 'release' (a grouped nack's lease)
+    # 'ack' | 'dead' | 'expired' | 'retry' | 'release' (a grouped nack's lease) | 'cancelled'
+    # (a batch member skipped because its batch's cancellation was requested)
+    kind: str
     reason: str = ""
     delay_ms: int = 0  # 'retry': stage the new entry due this long after the transition
     detail: str = ""  # 'dead': the handler's free-text detail (validated, bounded)
@@ -181,3 +214,5 @@ class Completion:
     keep_ms: int = 0
     result_state: str = ""
     result: bytes = b""
+    # 'ack' from Job.complete: the flow node's retained result (None: no result; b"" is one)
+    flow_result: bytes | None = None

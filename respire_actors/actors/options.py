@@ -265,6 +265,9 @@ class WorkerOptions:
 
 MAX_SCHEDULING_BATCH = 256
 
+MAX_METRICS_MINUTES = 1440
+"""Longest per-minute completion history (one day)."""
+
 
 @dataclass(frozen=True, slots=True)
 class RateLimit:
@@ -305,6 +308,9 @@ class QueueOptions:
                                  the worker refuses to start if Redis holds a different one
     delete_acknowledged_entries: delete ready entries once acknowledged (XACKDEL ACKED on Redis
                                  8.2+, XACK then XDEL elsewhere)
+    metrics_retention_minutes:   keep per-minute completed/failed counters in Redis for this many
+                                 minutes (1-1440; 0, the default, records nothing); every worker
+                                 of the queue must use the same value (see docs/observability.md)
     """
 
     scheduling_poll_interval: timedelta | float = timedelta(seconds=1)
@@ -313,6 +319,7 @@ class QueueOptions:
     max_retry_backoff: timedelta | float | None = None
     rate_limit: RateLimit | None = None
     delete_acknowledged_entries: bool = False
+    metrics_retention_minutes: int = 0
 
     def __post_init__(self) -> None:
         duration_ms(self.scheduling_poll_interval, what="scheduling_poll_interval")
@@ -336,6 +343,12 @@ class QueueOptions:
             raise ValidationError("rate_limit must be a RateLimit or None")
         if not isinstance(self.delete_acknowledged_entries, bool):
             raise ValidationError("delete_acknowledged_entries must be a bool")
+        m = self.metrics_retention_minutes
+        if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m <= MAX_METRICS_MINUTES:
+            raise ValidationError(
+                f"metrics_retention_minutes must be an integer from 0 to {MAX_METRICS_MINUTES}, "
+                f"got {m!r}"
+            )
 
     @property
     def poll_ms(self) -> int:

@@ -28,6 +28,7 @@ from ..errors import ValidationError
 from .messages import (
     MAX_DETAIL_BYTES,
     Ack,
+    Complete,
     Completion,
     DeadLetter,
     DeadLetterReason,
@@ -57,6 +58,23 @@ async def process(
     fails validation (built around its checks), takes the nack path as a processing failure.
     """
     label = delivery.job_id or delivery.entry_id
+    if rt.gate is not None:
+        try:
+            skipped = await rt.gate(rt, delivery)
+        except Exception as exc:
+            # the check could not be made (Redis unreachable, unknown state): do not run the
+            # handler of a job that may have been cancelled; recovery delivers it again
+            log.warning(
+                "%r of %s was not started: its pre-start check failed (%s); left pending for "
+                "recovery",
+                label,
+                rt.name,
+                exc,
+            )
+            return
+        if skipped is not None:
+            await rt.completions.send(skipped)
+            return
     try:
         arg = rt.bind(rt, delivery)
     except DecodeError as exc:
@@ -132,7 +150,8 @@ async def process(
         log.warning("%r of %s lost its lease; left pending for recovery", label, rt.name)
         return
     if not failed and (
-        isinstance(outcome, Ack | Nack | DeadLetter | RetryAfter) or _outcome_class(outcome)
+        isinstance(outcome, Ack | Nack | DeadLetter | RetryAfter | Complete)
+        or _outcome_class(outcome)
     ):
         try:
             if _outcome_class(outcome):
@@ -156,6 +175,8 @@ async def process(
         await _nack(rt, delivery, DeadLetterReason.NACK.value)
     elif isinstance(outcome, RetryAfter):
         await _nack(rt, delivery, DeadLetterReason.NACK.value, outcome.delay_ms)
+    elif isinstance(outcome, Complete):
+        await rt.completions.send(_ack(rt, delivery, outcome.result, flow_result=outcome.result))
     else:
         # None, ACK, or a plain return value: success
         await rt.completions.send(_ack(rt, delivery, None if isinstance(outcome, Ack) else outcome))
@@ -163,7 +184,9 @@ async def process(
 
 def _outcome_class(value: object) -> bool:
     """``return DeadLetter`` (the class) is a mistake, not a plain success value."""
-    return isinstance(value, type) and issubclass(value, Ack | Nack | DeadLetter | RetryAfter)
+    return isinstance(value, type) and issubclass(
+        value, Ack | Nack | DeadLetter | RetryAfter | Complete
+    )
 
 
 def _short(exc: BaseException) -> str:
@@ -174,12 +197,15 @@ def _short(exc: BaseException) -> str:
     return data.decode("utf-8", "ignore")
 
 
-def _ack(rt: QueueRuntime, delivery: Delivery, value: object) -> Completion:
+def _ack(
+    rt: QueueRuntime, delivery: Delivery, value: object, *, flow_result: bytes | None = None
+) -> Completion:
     """The 'ack' completion; with result retention, ``value`` encoded (None is kept as a
-    value too) or the reason it could not be."""
+    value too) or the reason it could not be. ``flow_result``: a flow node's retained result
+    (from ``Job.complete``)."""
     keep = rt.options.keep_results_ms
     if not keep or rt.result_codec is None:
-        return Completion(delivery, "ack")
+        return Completion(delivery, "ack", flow_result=flow_result)
     try:
         data = encode_with(rt.result_codec, value)
     except EncodeError as exc:
@@ -190,7 +216,13 @@ def _ack(rt: QueueRuntime, delivery: Delivery, value: object) -> Completion:
             rt.name,
             exc,
         )
-        return Completion(delivery, "ack", keep_ms=keep, result_state="result-unencodable")
+        return Completion(
+            delivery,
+            "ack",
+            keep_ms=keep,
+            result_state="result-unencodable",
+            flow_result=flow_result,
+        )
     if len(data) > rt.options.max_result_bytes:
         rt.stats.results_not_kept += 1
         log.warning(
@@ -201,8 +233,12 @@ def _ack(rt: QueueRuntime, delivery: Delivery, value: object) -> Completion:
             len(data),
             rt.options.max_result_bytes,
         )
-        return Completion(delivery, "ack", keep_ms=keep, result_state="result-too-large")
-    return Completion(delivery, "ack", keep_ms=keep, result_state="value", result=data)
+        return Completion(
+            delivery, "ack", keep_ms=keep, result_state="result-too-large", flow_result=flow_result
+        )
+    return Completion(
+        delivery, "ack", keep_ms=keep, result_state="value", result=data, flow_result=flow_result
+    )
 
 
 def _dead(rt: QueueRuntime, delivery: Delivery, reason: str, detail: str = "") -> Completion:

@@ -84,6 +84,8 @@ class WorkerStatistics:
     # handlers cancelled by their execution budget (WorkerOptions.timeout); they take the
     # nack path
     timed_out: int = 0
+    # batch members acknowledged as cancelled without running (their batch was cancelled)
+    cancelled: int = 0
     # lease renewal (WorkerOptions.renew_leases): passes run, script calls made, leases
     # renewed, calls that failed or timed out, and leases given up because no renewal could be
     # confirmed for a whole visibility timeout (also counted in leases_lost)
@@ -154,6 +156,9 @@ class QueueRuntime:
     leases: set[Lease] = field(default_factory=set)
     # How the registration names itself to tracing, metrics and logs (None: from the options).
     telemetry: ConsumerTelemetry | None = None
+    # Runs before a delivery's handler (job workers: a batch member's cancellation check). A
+    # Completion it returns is committed instead of running the handler; None runs it.
+    gate: Callable[[QueueRuntime, Delivery], Awaitable[Completion | None]] | None = None
 
     @property
     def job_keys(self) -> JobQueueKeys:

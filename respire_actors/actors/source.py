@@ -67,6 +67,8 @@ class ClaimResult:
     dead_lettered: int = 0
     expired: int = 0
     retry_after_ms: int = 0  # denied by the rate limit: the rest of the window
+    # entries left unclaimed because their flow or batch state could not be updated: (id, error)
+    refused: Sequence[tuple[str, str]] = field(default=())
 
 
 class Source(Protocol):
@@ -192,6 +194,7 @@ def claim_result(reply: Sequence[Any]) -> ClaimResult:
         cleared_deleted=int(reply[3]),
         dead_lettered=int(reply[4]),
         expired=int(reply[5]) if len(reply) > 5 else 0,
+        refused=[(text(i), text(e)) for i, e in reply[6]] if len(reply) > 6 else (),
     )
 
 

@@ -3,10 +3,12 @@
 from ..actors.runtime import WorkerStatistics
 from .groups import GroupInfo, GroupOptions, GroupPage
 from .job import Job
+from .metrics import MinuteMetrics, read_metrics
 from .model import (
     ACK,
     NACK,
     Ack,
+    Complete,
     DeadLetter,
     DeadLetterReason,
     Delivery,
@@ -62,6 +64,9 @@ __all__ = [
     "RateLimit",
     "Registration",
     "RetryAfter",
+    "Complete",
+    "MinuteMetrics",
+    "read_metrics",
     "Worker",
     "WorkerOptions",
     "WorkerStatistics",

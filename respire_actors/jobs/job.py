@@ -7,7 +7,7 @@ from typing import Generic, TypeVar
 
 import anyio
 
-from ..actors.messages import Delivery, RetryAfter
+from ..actors.messages import Complete, Completion, Delivery, RetryAfter
 from ..actors.options import duration_ms
 from ..actors.runtime import QueueRuntime
 from ..codecs import decode_with
@@ -18,6 +18,20 @@ T = TypeVar("T")
 
 _PROGRESS = load("job_progress")
 _LOG = load("job_log")
+
+
+async def batch_gate(rt: QueueRuntime, delivery: Delivery) -> Completion | None:
+    """The job worker's pre-start check: a batch member whose batch's cancellation was
+    requested is acknowledged as cancelled instead of running its handler."""
+    raw = delivery.fields.get(b"_respire.batch")
+    if raw is None:
+        return None
+    from .batches import cancellation_requested
+
+    batch_id = raw.decode("utf-8", "surrogateescape")
+    if await cancellation_requested(rt.client, rt.job_keys, batch_id):
+        return Completion(delivery, "cancelled")
+    return None
 
 
 def bind_job(rt: QueueRuntime, delivery: Delivery) -> Job[object]:
@@ -161,6 +175,33 @@ class Job(Generic[T]):
         if raw is None:
             return None
         return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=int(raw))
+
+    @property
+    def flow_id(self) -> str | None:
+        """The flow this job is a node of (see docs/flows.md), else None."""
+        raw = self.delivery.fields.get(b"_respire.flow")
+        return None if raw is None else raw.decode("utf-8", "surrogateescape")
+
+    @property
+    def flow_node(self) -> int | None:
+        """This node's 1-based breadth-first index in its flow's tree, else None."""
+        raw = self.delivery.fields.get(b"_respire.flow.node")
+        return None if raw is None else int(raw)
+
+    @property
+    def batch_id(self) -> str | None:
+        """The batch this job is a member of (see docs/batches.md), else None."""
+        raw = self.delivery.fields.get(b"_respire.batch")
+        return None if raw is None else raw.decode("utf-8", "surrogateescape")
+
+    def complete(self, result: bytes) -> Complete:
+        """An outcome to return: success that keeps ``result`` (at most 4096 bytes) as this flow
+        node's result, for its parent's :meth:`child_results` and ``flow_results``. ``b""`` is a
+        result; returning ``None`` or ``ACK`` completes with none. Raises
+        :class:`~respire_actors.errors.ResultTooLarge` (over the limit, nothing kept) or
+        :class:`ValidationError` (not bytes) here, in the handler. Outside a flow it is an
+        ordinary success."""
+        return Complete(result)
 
     def retry_after(self, delay: timedelta | float) -> RetryAfter:
         """An outcome to return: retry durably after ``delay`` (rounded up to whole ms, at most

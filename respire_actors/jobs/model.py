@@ -14,6 +14,7 @@ from ..actors.messages import (
     ACK,
     NACK,
     Ack,
+    Complete,
     DeadLetter,
     DeadLetterReason,
     Delivery,
@@ -45,6 +46,10 @@ class JobEvent:
     percent: int | None = None
     reason: str | None = None
     extra: Mapping[str, str] = field(default_factory=dict)
+    flow_id: str | None = None
+    """The flow of a flow node's event (events of different flows may share job ids)."""
+    batch_id: str | None = None
+    """The batch of a batch member's event, or of a ``batch-completed`` event."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +92,7 @@ __all__ = [
     "ACK",
     "NACK",
     "Ack",
+    "Complete",
     "DeadLetter",
     "DeadLetterReason",
     "Delivery",

@@ -28,6 +28,7 @@ from ..redis.client import BlockingConnection, Pending, RedisClient, Transaction
 from ..redis.scripts import Script, load, run_many
 from . import groups as _groups
 from .groups import GroupInfo, GroupOptions, GroupPage
+from .metrics import MinuteMetrics, read_metrics
 from .model import EnqueueResult, JobEvent, JobStatus, QueueState
 from .options import DEFAULT_DEDUP_WINDOW, JobEnqueueOptions, RateLimit, duration_ms
 from .recurring import RecurringScheduler
@@ -464,6 +465,12 @@ class JobQueue(Generic[T]):
         async with self.client.open_blocking() as conn:
             yield EventReader(conn, self.keys.events, cursor, block_ms, batch)
 
+    async def read_metrics(self, minutes: int = 60) -> list[MinuteMetrics]:
+        """Per-minute completed/failed counts of this queue, oldest first (see
+        :func:`respire_actors.jobs.metrics.read_metrics`); needs workers that record them
+        (``QueueOptions.metrics_retention_minutes``)."""
+        return await read_metrics(self.client, self.keys, minutes)
+
     async def get_logs(self, job_id: str, count: int = 100) -> list[str]:
         """The newest ``count`` (1-1000) retained log lines of a job, oldest first."""
         validate_job_id(job_id)
@@ -693,6 +700,8 @@ def _to_event(entry_id: str, flat: Sequence[Any]) -> JobEvent:
         attempt=int(fields.pop("attempt", "0") or 0),
         percent=int(percent) if percent is not None else None,
         reason=reason,
+        flow_id=fields.pop("flow", None),
+        batch_id=fields.pop("batch", None),
         extra=fields,
     )
 

@@ -62,6 +62,7 @@ class JobSource:
         delete_acknowledged: bool = False,
         rate_limit: RateLimit | None = None,
         selection_batch: int | None = None,
+        metrics_retention: int = 0,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -74,6 +75,8 @@ class JobSource:
         # With scheduling enabled (QueueOptions), reads also select grouped jobs (job_select),
         # taking at most `selection_batch` candidates per group visit.
         self.selection_batch = selection_batch
+        # Per-minute completion counters (0: off), committed by the completion scripts.
+        self.metrics_retention = metrics_retention
 
     async def _group(self, context: str, on_missing: str) -> None:
         reply = await _JOB_GROUP(
@@ -91,8 +94,10 @@ class JobSource:
         await self._group("lost", on_missing)
 
     async def prepare(self) -> None:
-        """Start-up check: store the configured rate limit when Redis holds none, or compare it
-        with the stored one; :class:`ConfigurationError` on a mismatch. Safe to repeat."""
+        """Start-up checks: the metrics retention must match the stored counters'; store the
+        configured rate limit when Redis holds none, or compare it with the stored one.
+        :class:`ConfigurationError` on a mismatch. Safe to repeat."""
+        await self._check_metrics_retention()
         policy = self.rate_limit
         if policy is None:
             return
@@ -105,6 +110,19 @@ class JobSource:
                 f"{policy.window_ms} ms) differs from the one stored in Redis "
                 f"({text(reply[1])} per {text(reply[2])} ms); change it with "
                 "JobQueue.set_rate_limit or configure the stored policy"
+            )
+
+    async def _check_metrics_retention(self) -> None:
+        """Every worker recording metrics must use the retention the stored counters have."""
+        if not self.metrics_retention:
+            return
+        stored = await self.client.execute("HGET", self.keys.metrics, "retention")
+        if stored is not None and int(stored) != self.metrics_retention:
+            raise ConfigurationError(
+                f"queue {self.name!r}: this worker keeps {self.metrics_retention} minutes of "
+                f"completion metrics but Redis holds counters kept for {int(stored)} minutes; "
+                "use the same metrics_retention_minutes on every worker, or stop the workers, "
+                f"delete {self.keys.metrics} and restart with the new retention"
             )
 
     async def read(self, consumer: str, count: int, min_idle_ms: int = 0) -> ReadResult:
@@ -175,12 +193,23 @@ class JobSource:
                 self.keys.group_leases,
                 self.keys.group_parked,
             ),
-            (self.group, consumer, mode, min_idle_ms, cursor, count, limit, self.settle),
+            (
+                self.group,
+                consumer,
+                mode,
+                min_idle_ms,
+                cursor,
+                count,
+                limit,
+                self.settle,
+                self.metrics_retention,
+            ),
         )
         return claim_result(reply)
 
     async def complete(self, consumer: str, batch: Sequence[Completion]) -> list[int]:
-        """Commit a batch; returns 1 (committed) or 0 (stale) per completion, in order. Durable
+        """Commit a batch; returns 1 (committed) or 0 (stale) per completion, in order. Flow
+        nodes and batch members are coordinated by the same scripts (lib/coordination.lua). Durable
         retries go through ``job_retry`` (a second call only when the batch holds any); a
         retry acknowledged as expired instead of staged reports 2. Outcomes with a retained
         record or a dead-letter detail go through ``job_finish``, one pipelined call each; one
@@ -189,7 +218,9 @@ class JobSource:
         releases = [i for i, c in enumerate(batch) if c.kind == "release"]
         # outcomes with a retained record or a dead-letter detail: job_finish, one per call
         finish = [
-            i for i, c in enumerate(batch) if c.kind in ("ack", "dead") and (c.keep_ms or c.detail)
+            i
+            for i, c in enumerate(batch)
+            if c.kind in ("ack", "dead") and (c.keep_ms or c.detail or c.flow_result is not None)
         ]
         others = [
             i for i, c in enumerate(batch) if c.kind not in ("retry", "release") and i not in finish
@@ -208,8 +239,10 @@ class JobSource:
                 c = batch[i]
                 d = c.delivery
                 args += [d.entry_id, d.attempt, c.kind, c.reason, d.job_id]
-            if self.settle != "ack":
+            if self.settle != "ack" or self.metrics_retention:
                 args.append(self.settle)
+            if self.metrics_retention:
+                args.append(self.metrics_retention)
             reply = await _JOB_COMPLETE(
                 self.client,
                 (self.keys.ready, self.keys.events, self.dead_key, *self.keys.lease_keys),
@@ -288,6 +321,9 @@ class JobSource:
                         c.result_state,
                         c.result,
                         self.settle,
+                        "0" if c.flow_result is None else "1",
+                        c.flow_result or b"",
+                        self.metrics_retention,
                     ),
                 )
             )

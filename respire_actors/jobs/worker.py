@@ -48,7 +48,7 @@ from ..errors import ValidationError
 from ..keys import JobQueueKeys, validate_name
 from ..redis.client import RedisClient
 from ..tracing import ConsumerTelemetry
-from .job import bind_job
+from .job import batch_gate, bind_job
 from .recurring import RecurringOptions, RecurringScheduler
 from .source import JobSource
 
@@ -199,6 +199,9 @@ class Worker(ConsumerHost):
                 selection_batch=(
                     reg.queue_options.scheduling_batch_size if reg.queue_options else None
                 ),
+                metrics_retention=(
+                    reg.queue_options.metrics_retention_minutes if reg.queue_options else 0
+                ),
             ),
             bind=bind_job,
             codec=reg.codec,
@@ -216,6 +219,7 @@ class Worker(ConsumerHost):
             queue_options=reg.queue_options,
             result_codec=reg.result_codec,
             telemetry=ConsumerTelemetry(o.telemetry_name or reg.queue, reg.queue),
+            gate=batch_gate,
         )
 
     def build(self, client: RedisClient) -> Supervisor:

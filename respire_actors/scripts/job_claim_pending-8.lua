@@ -18,6 +18,8 @@
 -- ARGV[6]  page size (1 .. 1000)
 -- ARGV[7]  delivery limit (0 = unlimited); counted as prior attempts + this entry's deliveries
 -- ARGV[8]  acknowledgement: 'ack' (default, keep the body) or 'delete' (see lib/fence.lua)
+-- ARGV[9]  optional metrics retention in minutes (0 = off, the default; 1 .. 1440: count the
+--          delivery-limit dead letters as failed in <ready>:metrics, see lib/metrics.lua)
 --
 -- Admission (pause, then the rate limit, which lowers the page size to the permits left) is
 -- checked before anything is claimed, so a denied page changes no entry and counts no attempt.
@@ -41,12 +43,19 @@
 -- grouped entry gets a new lease for its new attempt, replacing the old attempt's lease, so a
 -- stale release of the old attempt frees nothing. Entries dead-lettered or expired here drop
 -- their lease.
--- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM (before anything is claimed).
+-- A flow node or batch member dead-lettered here fails in its flow or batch in the same step
+-- (lib/coordination.lua); its event carries a 'flow' or 'batch' field. One whose coordination
+-- state cannot be updated (unknown schema version, wrong key type) is left as it is, unclaimed,
+-- and reported as {id, error} in a seventh reply element.
+-- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM (before anything is claimed);
+-- RESPIRE_CLAIM should a dead letter's acknowledgement still fail (that entry's writes undone).
 --!include lib/preflight.lua
 --!include lib/fence.lua
 --!include lib/claim.lua
 --!include lib/dead_letter.lua
 --!include lib/group_lease.lua
+--!include lib/coordination.lua
+--!include lib/metrics.lua
 
 local ready, control, events, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local policy, owners, leases, parked = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -59,6 +68,8 @@ if not count or count < 1 or count > 1000 or not limit or limit < 0 or not min_i
 end
 local ack_mode, merr = respire_ack_mode(ready, group, ARGV[8] or 'ack')
 if not ack_mode then return merr end
+local retention, rerr = respire_metrics_arg(ARGV[9])
+if not retention then return rerr end
 local status, allowed, window = respire_admit(control, count)
 if status == 'paused' then return {'paused'} end
 if status == 'limited' then
@@ -79,6 +90,7 @@ local err = respire_preflight(
   {{ready, 'stream'}, {events, 'stream'}, {dead, 'stream'}, {policy, 'hash'}, {owners, 'hash'},
    {leases, 'zset'}, {parked, 'zset'}},
   respire_lease_probes(probes, leases, owners, parked))
+if not err then err = respire_metrics_preflight(ready, retention) end
 if err then return err end
 if redis.call('EXISTS', ready) == 0 then return {'ok', '0-0', {}, 0, 0, 0} end
 
@@ -104,7 +116,8 @@ if #rows == count then
   end
 end
 
-local claimed, dead_count, expired, deleted = {}, 0, 0, 0
+local coordinated = respire_coord_marked(ready)
+local claimed, dead_count, expired, deleted, refused = {}, 0, 0, 0, {}
 local now_ms = nil
 local function now()
   if not now_ms then now_ms = respire_now_ms() end
@@ -120,11 +133,21 @@ for _, row in ipairs(rows) do
   local finishing = not fields or respire_expired(fields, now)
                     or (limit > 0 and prior + handled >= limit)
   local p, reason, tat = nil, nil, nil
-  if g and not finishing then
+  local c, plan, perr = nil, nil, nil
+  if coordinated and fields and limit > 0 and prior + handled >= limit
+     and not respire_expired(fields, now) then
+    c = respire_coord_of(ready, fields)
+    plan, perr = respire_coord_plan(ready, events, c, 'failed', nil)
+  end
+  if perr then
+    refused[#refused + 1] = {id, perr['err']}
+  elseif g and not finishing then
     p = respire_group_policy(policy, g)
     reason, tat = respire_group_check(p, policy, leases, owners, g, now(), id)
   end
-  if reason then
+  if perr then
+    -- left unclaimed: its coordination state must be repaired or upgraded first
+  elseif reason then
     if mode == 'replay' then
       next_cursor = '0-0'  -- yield on a blocked group
       break
@@ -144,10 +167,21 @@ for _, row in ipairs(rows) do
       expired = expired + 1
     elseif limit > 0 and prior + handled >= limit then
       local job_id = respire_field(fields, '_respire.job.id') or ''
-      respire_dead_letter(dead, fields, nil, id, handled, 'delivery-limit', consumer)
-      redis.call('XADD', events, '*', 'kind', 'dead-letter', 'job_id', job_id, 'entry_id', id,
-                 'attempt', tostring(handled), 'reason', 'delivery-limit')
-      respire_ack(ready, group, ack_mode, id)
+      local dl = respire_dead_letter(dead, fields, nil, id, handled, 'delivery-limit', consumer)
+      local ev = redis.call('XADD', events, '*', unpack(respire_coord_tag(c,
+        {'kind', 'dead-letter', 'job_id', job_id, 'entry_id', id, 'attempt', tostring(handled),
+         'reason', 'delivery-limit'})))
+      local undo, aerr = respire_coord_apply(ready, events, plan)
+      local ok, ackErr = false, aerr and aerr['err']
+      if not aerr then ok, ackErr = pcall(respire_ack, ready, group, ack_mode, id) end
+      if not ok then
+        if not aerr then respire_coord_undo(ready, events, undo) end
+        redis.call('XDEL', events, ev)
+        redis.call('XDEL', dead, dl)
+        respire_metrics_record(ready, retention, 0, dead_count)
+        return redis.error_reply('RESPIRE_CLAIM dead-lettering ' .. id .. ' failed: ' ..
+                                 tostring(ackErr))
+      end
       if g then respire_group_drop(leases, owners, g, id); respire_group_nudge(parked, g) end
       dead_count = dead_count + 1
     else
@@ -157,4 +191,8 @@ for _, row in ipairs(rows) do
   end
 end
 respire_admit_commit(control, window, #claimed)
+respire_metrics_record(ready, retention, 0, dead_count)
+if #refused > 0 then
+  return {'ok', next_cursor, claimed, deleted, dead_count, expired, refused}
+end
 return {'ok', next_cursor, claimed, deleted, dead_count, expired}

@@ -21,13 +21,19 @@
 -- ARGV[10] result state: '' (none), 'value', 'result-too-large' or 'result-unencodable'
 -- ARGV[11] the encoded result ('' unless the state is 'value')
 -- ARGV[12] acknowledgement: 'ack' (keep the body) or 'delete' (decided per call, lib/fence.lua)
+-- ARGV[13] '1' when the handler completed with a flow result (Job.complete), else '0'
+-- ARGV[14] that result (at most 4096 bytes; '' otherwise)
+-- ARGV[15] optional metrics retention in minutes (0 = off, the default; 1 .. 1440: count the
+--          committed outcome in <ready>:metrics, see lib/metrics.lua); needs ARGV[13], ARGV[14]
 --
 -- When the fence holds: 'ack' appends a completed event, 'dead' appends the dead letter (as
 -- job_complete does, plus _respire.detail when given) and a dead-letter event; with a retention
 -- the record {state = completed | dead-lettered, entry_id, attempt, reason, detail,
 -- result_state, result, finished_at (server ms)} replaces any older record of the job id and
 -- expires after the retention; then the entry is acknowledged, and a grouped job's lease is
--- released when this consumer holds it for this attempt. All of it or nothing.
+-- released when this consumer holds it for this attempt. A flow node or batch member also
+-- updates its flow or batch (lib/coordination.lua; a flow node keeps ARGV[14] as its result when
+-- ARGV[13] is '1'), and its event carries a 'flow' or 'batch' field. All of it or nothing.
 -- Returns 1 committed, 0 stale (fence failed; nothing written). Repeating a call is harmless.
 -- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM before any write. Should the
 -- acknowledgement still fail, everything written is removed and RESPIRE_COMPLETE is returned.
@@ -35,18 +41,28 @@
 --!include lib/fence.lua
 --!include lib/dead_letter.lua
 --!include lib/group_lease.lua
+--!include lib/coordination.lua
+--!include lib/metrics.lua
 
 local ready, events, dead, record = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local leases, owners, parked = KEYS[5], KEYS[6], KEYS[7]
 local group, consumer, entry, attempt = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local kind, reason, job_id, detail = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local keep, state, result = tonumber(ARGV[9]), ARGV[10], ARGV[11]
-if #ARGV ~= 12 or (kind ~= 'ack' and kind ~= 'dead') or not keep or keep < 0
+if (#ARGV ~= 12 and #ARGV ~= 14 and #ARGV ~= 15) or (kind ~= 'ack' and kind ~= 'dead') or not keep or keep < 0
    or keep > 2147483647 or keep % 1 ~= 0 or #detail > 1024
    or (state ~= '' and state ~= 'value' and state ~= 'result-too-large'
        and state ~= 'result-unencodable') or (state ~= 'value' and result ~= '') then
   return redis.error_reply('RESPIRE_ARGUMENT malformed outcome')
 end
+local has_result, flow_result = ARGV[13] or '0', ARGV[14] or ''
+if (has_result ~= '0' and has_result ~= '1') or #flow_result > 4096
+   or (has_result == '0' and flow_result ~= '') or (has_result == '1' and kind ~= 'ack') then
+  return redis.error_reply('RESPIRE_ARGUMENT malformed flow result')
+end
+if has_result == '0' then flow_result = nil end
+local retention, rerr = respire_metrics_arg(ARGV[15])
+if not retention then return rerr end
 local ack_mode, merr = respire_ack_mode(ready, group, ARGV[12])
 if not ack_mode then return merr end
 local probes = {{'XADD', events, '*', 'f', 'v'}, {'XDEL', events, '0-1'}}
@@ -65,23 +81,30 @@ local err = respire_preflight(
   {{ready, 'stream'}, {events, 'stream'}, {dead, 'stream'}, {record, 'hash'}, {leases, 'zset'},
    {owners, 'hash'}, {parked, 'zset'}},
   respire_ack_probes(probes, ready, group, ack_mode))
+if not err then err = respire_metrics_preflight(ready, retention) end
 if err then return err end
 
 if not respire_fence(ready, group, entry, consumer, attempt) then return 0 end
 
-local appended_events, appended_dead = nil, nil
+local coordinated = respire_coord_marked(ready)
 local body = nil
-if grouped or kind == 'dead' then body = respire_entry(ready, entry) end
+if grouped or coordinated or kind == 'dead' then body = respire_entry(ready, entry) end
+local c = coordinated and respire_coord_of(ready, body) or nil
+local plan, perr = respire_coord_plan(ready, events, c, respire_coord_outcome(kind), flow_result)
+if perr then return perr end
+
+local appended_events, appended_dead = nil, nil
 if kind == 'ack' then
-  appended_events = redis.call('XADD', events, '*', 'kind', 'completed', 'job_id', job_id,
-                               'entry_id', entry, 'attempt', attempt)
+  appended_events = redis.call('XADD', events, '*', unpack(respire_coord_tag(c,
+    {'kind', 'completed', 'job_id', job_id, 'entry_id', entry, 'attempt', attempt})))
 else
   local tail = nil
   if detail ~= '' then tail = {'_respire.detail', detail} end
   appended_dead = respire_dead_letter(dead, body, {'_respire.job.id', job_id},
                                       entry, attempt, reason, consumer, tail)
-  appended_events = redis.call('XADD', events, '*', 'kind', 'dead-letter', 'job_id', job_id,
-                               'entry_id', entry, 'attempt', attempt, 'reason', reason)
+  appended_events = redis.call('XADD', events, '*', unpack(respire_coord_tag(c,
+    {'kind', 'dead-letter', 'job_id', job_id, 'entry_id', entry, 'attempt', attempt,
+     'reason', reason})))
 end
 if keep > 0 then
   redis.call('DEL', record)
@@ -95,8 +118,11 @@ if keep > 0 then
   redis.call('HSET', record, unpack(fields))
   redis.call('PEXPIRE', record, keep)
 end
-local ok, ackErr = pcall(respire_ack, ready, group, ack_mode, entry)
+local undo, aerr = respire_coord_apply(ready, events, plan)
+local ok, ackErr = false, aerr and aerr['err']
+if not aerr then ok, ackErr = pcall(respire_ack, ready, group, ack_mode, entry) end
 if not ok then
+  if not aerr then respire_coord_undo(ready, events, undo) end
   if appended_events then redis.call('XDEL', events, appended_events) end
   if appended_dead then redis.call('XDEL', dead, appended_dead) end
   if keep > 0 then redis.call('DEL', record) end
@@ -105,4 +131,9 @@ if not ok then
 end
 local g = grouped and respire_field(body, '_respire.job.group')
 if g then respire_group_release(leases, owners, parked, g, entry, consumer, attempt) end
+if kind == 'ack' then
+  respire_metrics_record(ready, retention, 1, 0)
+else
+  respire_metrics_record(ready, retention, 0, 1)
+end
 return 1

@@ -24,10 +24,11 @@ from respire_actors.actors.completer import commit
 from respire_actors.actors.messages import MAX_DETAIL_BYTES, Completion
 from respire_actors.actors.runtime import QueueRuntime
 from respire_actors.codecs import JsonCodec
-from respire_actors.errors import ValidationError
+from respire_actors.errors import ResultTooLarge, ValidationError
 from respire_actors.jobs import (
     ACK,
     NACK,
+    Complete,
     DeadLetter,
     DeadLetterReason,
     Job,
@@ -347,3 +348,50 @@ async def test_an_acl_refusal_still_stops_the_completer_and_unavailability_is_re
     rt.source = source
     assert await commit(rt, _completions("flaky", "b")) == [1, 1]
     assert source.calls == [["flaky", "b"], ["flaky", "b"]]  # the whole batch, again
+
+
+# -- Job.complete (flow results) outside a flow ------------------------------------------------
+
+
+async def test_complete_outside_a_flow_is_an_ordinary_success(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    await queue.enqueue("j", "x")
+
+    async def handler(job: Job[str]) -> Any:
+        assert job.flow_id is None and job.flow_node is None and job.batch_id is None
+        return job.complete(b"")
+
+    async with running_worker(client, queue.name, handler, options=fast_options()) as worker:
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.acked == 1)
+        assert stats.failed == 0
+    assert [e.kind for e in await all_events(client, queue.keys)] == ["completed"]
+    assert await pending_rows(client, queue.keys) == []
+
+
+@pytest.mark.parametrize(
+    ("result", "error"),
+    [(b"x" * 4097, ResultTooLarge), ("text", ValidationError), (None, ValidationError)],
+    ids=["oversize", "str", "none"],
+)
+async def test_complete_refuses_a_bad_result_in_the_handler(
+    client: RedisClient, queue: JobQueue[str], result: Any, error: type[Exception]
+) -> None:
+    await queue.enqueue("j", "x")
+    raised: list[Exception] = []
+
+    async def handler(job: Job[str]) -> Any:
+        try:
+            return job.complete(result)
+        except Exception as exc:
+            raised.append(exc)
+            raise
+
+    options = fast_options(delivery_limit=1)
+    async with running_worker(client, queue.name, handler, options=options) as worker:
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.dead_lettered == 1)
+        assert stats.acked == 0
+    assert len(raised) == 1 and type(raised[0]) is error
+    assert Complete(b"x" * 4096).result == b"x" * 4096  # the limit itself is allowed
