@@ -110,6 +110,7 @@ def _outcomes(s: WorkerStatistics) -> Iterator[tuple[dict[str, str], int]]:
     yield {"respire.outcome": "nack"}, s.nacked
     yield {"respire.outcome": "retry"}, s.retried
     yield {"respire.outcome": "expired"}, s.expired
+    yield {"respire.outcome": "cancelled"}, s.cancelled
     classified = 0
     for reason, count in s.dead_letter_reasons.items():
         classified += count
@@ -160,7 +161,8 @@ meter.create_observable_counter(
     "respire.outcomes",
     [_counter(_outcomes)],
     unit="{job}",
-    description="Committed outcomes (completed, retry, dead-letter, expired) and nack decisions",
+    description="Committed outcomes (completed, retry, dead-letter, expired, cancelled) and nack "
+    "decisions",
 )
 meter.create_observable_counter(
     "respire.lease.losses",

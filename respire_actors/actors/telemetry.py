@@ -16,6 +16,7 @@ event                  level      where
 ``retry-scheduled``    INFO       a durable retry was staged
 ``expired``            INFO       a retry found the job past its TTL
 ``dead-lettered``      WARNING    a dead letter was committed
+``cancelled``          INFO       a batch member was acknowledged as cancelled
 =====================  =========  ==================================================
 
 DEBUG calls are guarded with ``isEnabledFor`` so they cost nothing when DEBUG is off.
@@ -31,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import tracing
-from .messages import Ack, Completion, DeadLetter, Delivery, Nack, RetryAfter
+from .messages import Ack, Complete, Completion, DeadLetter, Delivery, Nack, RetryAfter
 from .metrics import handler_duration, note_dead_letter, telemetry_of
 from .runtime import QueueRuntime
 
@@ -58,7 +59,7 @@ def _outcome_name(outcome: object) -> str:
         return "retry"
     if isinstance(outcome, Nack):
         return "nack"
-    if outcome is None or isinstance(outcome, Ack):
+    if outcome is None or isinstance(outcome, Ack | Complete):
         return "ack"
     return "ack" if not isinstance(outcome, type) else "invalid"
 
@@ -175,6 +176,8 @@ def observe_commits(rt: QueueRuntime, batch: Sequence[Completion], statuses: Seq
                 c.reason,
                 extra={**fields(rt, d, "dead-lettered"), "reason": c.reason},
             )
+        elif c.kind == "cancelled":
+            log.info("%s: %r cancelled", rt.name, label, extra=fields(rt, d, "cancelled"))
         elif c.kind == "expired" or (c.kind == "retry" and status == 2):
             log.info("%s: %r expired", rt.name, label, extra=fields(rt, d, "expired"))
         elif c.kind == "retry":

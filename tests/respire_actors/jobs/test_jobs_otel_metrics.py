@@ -65,7 +65,7 @@ async def test_counters_and_durations_after_a_known_mix_of_outcomes(
             if dict(k)["respire.outcome"] == "dead-letter"
         }
         plain = {dict(k)["respire.outcome"]: v for k, v in outcomes.items() if len(k) == 1}
-        assert plain == {"completed": 4, "nack": 5, "retry": 3, "expired": 0}
+        assert plain == {"completed": 4, "nack": 5, "retry": 3, "expired": 0, "cancelled": 0}
         assert sum(dead.values()) == 3 and dead["recovery-limit"] == 0
         assert otel.values("respire.decode.failures", name) == {(): 2}
         assert otel.values("respire.lease.losses", name) == {(): 0}
