@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 from helpers.otel import Otel
-from jobs_helpers import fast_options, wait_until
+from jobs_helpers import fast_options, running_worker, wait_until
 from sched_helpers import sched_options, scheduling_worker
 
 from respire_actors.actors import metrics as worker_metrics
@@ -205,3 +205,37 @@ async def test_dead_letters_are_counted_by_fixed_reason_when_commits_are_observe
         if a["respire.outcome"] == "dead-letter"
     }
     assert by_reason == {"explicit": 2, "nack": 1, "recovery-limit": 2, "unclassified": 2}
+
+
+async def test_gauges_and_spans_on_a_cluster(
+    otel: Otel, cluster_client: RedisClient, unique_name: str
+) -> None:
+    """The sampler's pipeline touches only the queue's slot (TIME goes to any node), and the
+    producer context travels through a cluster enqueue."""
+    queue = JobQueue(cluster_client, unique_name, BytesCodec())
+    release = anyio.Event()
+
+    async def handler(job: Job[bytes]) -> object:
+        await release.wait()
+        return ACK
+
+    name = f"{unique_name}-c"
+    await queue.enqueue("a", b"1")
+    options = fast_options(consumer_count=1, read_batch=1, telemetry_name=name)
+    async with running_worker(cluster_client, unique_name, handler, options=options) as worker:
+        await queue.enqueue("b", b"2")
+        await eventually(
+            otel,
+            lambda: (
+                otel.values("respire.pending.count", name).get(()) == 1
+                and otel.values("respire.consumer_group.lag", name).get(()) == 1
+                and otel.values("respire.queue.paused", name).get(()) == 0
+            ),
+        )
+        release.set()
+        await wait_until(lambda: worker.statistics(unique_name).acked == 2)
+    producers = {(s.attributes or {})["respire.job.id"]: s for s in otel.spans("job enqueue")}
+    for span in otel.spans("job process"):
+        [link] = span.links
+        job_id = (span.attributes or {})["respire.job.id"]
+        assert link.context.span_id == producers[job_id].context.span_id
