@@ -484,18 +484,27 @@ class JobQueue(Generic[T]):
         payloads) without writing anything; :class:`ValidationError` for bad arguments before
         anything is sent. If cancelled or the reply is lost, retry: a repeat returns False.
         """
-        return await _batches.add_to_batch(
-            self.client, self.keys, self.codec, batch_id, job_id, payload, _trace_fields()
-        )
+        with tracing.producer_span(_SPAN, self.name, {"respire.batch.id": batch_id}) as span:
+            return await _batches.add_to_batch(
+                self.client,
+                self.keys,
+                self.codec,
+                batch_id,
+                job_id,
+                payload,
+                tracing.context_fields(span),
+            )
 
     async def add_many_to_batch(self, batch_id: str, jobs: Iterable[tuple[str, T]]) -> list[bool]:
         """:meth:`add_to_batch` for many ``(job_id, payload)`` pairs, pipelined. Every item is
         validated, and the call's own members checked against the limits, before anything is
         sent. Not atomic as a whole: when some adds fail, the first error is raised after the
         others ran; repeating the call is safe (existing members return False)."""
-        return await _batches.add_many_to_batch(
-            self.client, self.keys, self.codec, batch_id, jobs, _trace_fields()
-        )
+        # one producer span for the call: its members share one envelope context
+        with tracing.producer_span(_SPAN, self.name, {"respire.batch.id": batch_id}) as span:
+            return await _batches.add_many_to_batch(
+                self.client, self.keys, self.codec, batch_id, jobs, tracing.context_fields(span)
+            )
 
     async def seal_batch(self, batch_id: str) -> bool:
         """Close the batch to new members. Returns True when this call sealed it, False when it

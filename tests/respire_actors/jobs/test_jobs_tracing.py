@@ -408,3 +408,23 @@ async def test_a_killed_process_job_recovered_elsewhere_links_to_its_enqueue(
     )
     assert process_span.parent is None
     assert linked(process_span) == [ids(producer.context)]
+
+
+async def test_batch_members_carry_the_context_of_their_add(
+    otel: Otel, queue: JobQueue[str], client: RedisClient
+) -> None:
+    batch = await queue.create_batch()
+    assert await queue.add_to_batch(batch, "m1", "x")
+    assert await queue.add_many_to_batch(batch, [("m2", "y"), ("m3", "z")]) == [True, True]
+    one, many = otel.spans("job enqueue")
+    assert (one.attributes or {})["respire.batch.id"] == batch
+    rows = await client.execute("XRANGE", queue.keys.ready, "-", "+")
+    parents = {
+        bytes(f["_respire.job.id"]).decode(): bytes(f["_respire.trace.parent"]).decode()
+        for f in (fields_of(r[1]) for r in rows)
+    }
+    assert parents == {
+        "m1": traceparent(one.context),
+        "m2": traceparent(many.context),
+        "m3": traceparent(many.context),
+    }
