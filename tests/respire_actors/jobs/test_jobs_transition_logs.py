@@ -100,3 +100,27 @@ async def test_a_recovery_claim_is_logged_at_info(
     assert claimed.levelno == logging.INFO
     assert (claimed.job_id, claimed.entry_id, claimed.attempt) == ("j1", crashed.entry_id, 2)
     assert claimed.mode == "recover"
+
+
+async def test_committed_outcomes_are_logged_by_the_completer(
+    otel: Otel, queue: JobQueue[str], client: RedisClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The completer reports what it committed: acknowledged (DEBUG) and dead-lettered
+    (WARNING) records, and dead letters counted by their reason, not 'unclassified'."""
+    from respire_actors.jobs import DeadLetter
+
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    ok = await queue.enqueue("ok", "x")
+    bad = await queue.enqueue("bad", "x")
+
+    async def handler(job: Job[str]) -> object:
+        return DeadLetter() if job.id == "bad" else ACK
+
+    async with running_worker(client, queue.name, handler) as worker:
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.acked == 1 and stats.dead_lettered == 1)
+    [acked] = records(caplog, "acknowledged")
+    [dead] = records(caplog, "dead-lettered")
+    assert (acked.job_id, acked.entry_id, acked.levelno) == ("ok", ok.entry_id, logging.DEBUG)
+    assert (dead.job_id, dead.entry_id, dead.levelno) == ("bad", bad.entry_id, logging.WARNING)
+    assert worker.statistics(queue.name).dead_letter_reasons == {"explicit": 1}
