@@ -1,5 +1,8 @@
-"""Tracing overhead: no-op job throughput with telemetry off, with the OpenTelemetry API only
-(no SDK, the library's default state), and with the SDK and in-memory exporters.
+"""Telemetry overhead: no-op job throughput with telemetry off, with the OpenTelemetry API only
+(no SDK, the library's default state), with the SDK and in-memory exporters, and the cost of the
+per-minute completion metrics in Redis (``queue-options``: the API-only worker with
+``QueueOptions()``; ``redis-metrics``: the same with ``metrics_retention_minutes=60``; compare
+these two, since queue options alone switch reads to the scheduling-aware script).
 
     python benchmarks/bench_tracing.py [--redis-url URL] [--backend trio|asyncio] [--jobs N]
                                        [--rounds R] [--concurrency C]
@@ -25,7 +28,7 @@ from typing import Any
 
 import anyio
 
-MODES = ("off", "api", "sdk")
+MODES = ("off", "api", "sdk", "queue-options", "redis-metrics")
 SCRIPT = str(Path(__file__).resolve())
 
 
@@ -62,12 +65,17 @@ def _set_mode(mode: str) -> None:
 async def _child(url: str, args: argparse.Namespace) -> None:
     from bench_jobs import bench_enqueue, bench_process
 
-    from respire_actors import connect
+    from respire_actors import QueueOptions, connect
 
     _set_mode(args.mode)
+    qo = None
+    if args.mode == "queue-options":
+        qo = QueueOptions()
+    elif args.mode == "redis-metrics":
+        qo = QueueOptions(metrics_retention_minutes=60)
     async with connect(url) as client:
         single, piped = await bench_enqueue(client, args.jobs)
-        rate, _ = await bench_process(client, args.jobs, args.concurrency)
+        rate, _ = await bench_process(client, args.jobs, args.concurrency, queue_options=qo)
     print(json.dumps({"single": single, "piped": piped, "process": rate}))
 
 
@@ -85,14 +93,16 @@ async def _parent(url: str, args: argparse.Namespace) -> None:
             out = done.stdout.decode()
             results[mode].append(json.loads(out.strip().splitlines()[-1]))
     rows = []
-    base = statistics.median(r["process"] for r in results["off"])
     for mode in MODES:
+        base = statistics.median(
+            r["process"] for r in results["queue-options" if mode == "redis-metrics" else "off"]
+        )
         process = statistics.median(r["process"] for r in results[mode])
         single = statistics.median(r["single"] for r in results[mode])
         piped = statistics.median(r["piped"] for r in results[mode])
         rows.append(
             (
-                f"tracing {mode}",
+                mode if mode in ("queue-options", "redis-metrics") else f"tracing {mode}",
                 f"process {process:,.0f} jobs/s ({(process / base - 1) * 100:+.1f}%), "
                 f"enqueue {single:,.0f}/s, enqueue_many {piped:,.0f}/s",
             )
