@@ -8,6 +8,7 @@ written, with PermissionDenied naming that command.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path as FilePath
 
 import anyio
 import pytest
@@ -184,3 +185,14 @@ async def test_a_worker_without_pexpiretime_appends_no_log_line(
             await worker.stop()
     assert [e.command for e in refused] == ["pexpiretime"]
     assert await client.execute("EXISTS", queue.keys.logs("job")) == 0
+
+
+def test_the_documented_recipes_are_the_rules() -> None:
+    docs = FilePath(__file__).resolve().parents[3] / "docs" / "security.md"
+    recipes = {}
+    for line in docs.read_text().splitlines():
+        if line.startswith("ACL SETUSER "):
+            _, _, role, on, password, *rules = line.split()
+            assert (on, password) == ("on", ">secret")
+            recipes[role] = rules
+    assert recipes == {role: acl_rules(role) for role in ROLES}
