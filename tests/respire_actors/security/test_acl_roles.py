@@ -14,6 +14,7 @@ import anyio
 import pytest
 import role_paths
 from helpers.acl import acl_denials, acl_user, key_dump
+from helpers.servers import Cluster
 
 from respire_actors.acl import ROLE_COMMANDS, ROLES, Role, acl_rules
 from respire_actors.codecs import StrCodec
@@ -21,7 +22,7 @@ from respire_actors.errors import PermissionDenied, ValidationError
 from respire_actors.jobs import ACK, JobQueue, Outcome, Worker
 from respire_actors.jobs.job import Job
 from respire_actors.keys import job_queue_key_pattern
-from respire_actors.redis.client import RedisClient
+from respire_actors.redis.client import RedisClient, connect
 
 pytestmark = pytest.mark.anyio
 
@@ -196,3 +197,33 @@ def test_the_documented_recipes_are_the_rules() -> None:
             assert (on, password) == ("on", ">secret")
             recipes[role] = rules
     assert recipes == {role: acl_rules(role) for role in ROLES}
+
+
+CLUSTER_EXTRA = ("+cluster|slots", "+asking")
+
+
+async def test_roles_on_a_cluster_need_only_the_slot_map_besides(
+    cluster_nodes: Cluster, cluster_client: RedisClient, unique_name: str
+) -> None:
+    """On Redis Cluster the documented extras (CLUSTER SLOTS, ASKING) are all a role needs
+    more; ACL users are per node, so each node gets the same users."""
+    users = {role: f"{role}-{unique_name}" for role in ("producer", "scheduler", "worker")}
+    for role, user in users.items():
+        for node in cluster_nodes.nodes:
+            node.execute(
+                "ACL", "SETUSER", user, "reset", "on", f">pw-{user}",
+                *acl_rules(role, (unique_name,)), *CLUSTER_EXTRA,
+            )  # fmt: skip
+    try:
+        for role, user in users.items():
+            async with connect(
+                cluster_nodes.url, username=user, password=f"pw-{user}"
+            ) as restricted:
+                await PATHS[role](restricted, unique_name)
+        for node in cluster_nodes.nodes:
+            entries = node.execute("ACL", "LOG")
+            assert not [e for e in entries if any(u.encode() in e for u in users.values())]
+    finally:
+        for user in users.values():
+            for node in cluster_nodes.nodes:
+                node.execute("ACL", "DELUSER", user)
