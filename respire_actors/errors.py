@@ -10,6 +10,7 @@
     │       ├── EncodeError                 a value could not be serialised; nothing was sent
     │       └── DecodeError                 stored bytes are not a valid payload
     ├── ConfigurationError                  a setting that cannot work (bad URL, mismatched policy)
+    │   ├── CredentialsRefused (also RedisUnavailable)  the server refused user / password
     │   └── ConsumerGroupMissing            a queue's consumer group vanished (never recreated at 0)
     ├── RedisUnavailable                    cannot reach the server, or the connection dropped
     │   ├── CommandTimeout (also TimeoutError)  no reply within the command timeout
@@ -90,6 +91,14 @@ class RedisUnavailable(RespireError):
 
 class CommandTimeout(RedisUnavailable, TimeoutError):
     """No reply arrived within the command timeout. The command may still have run."""
+
+
+class CredentialsRefused(ConfigurationError, RedisUnavailable):
+    """The server refused the connection's credentials (``WRONGPASS`` / ``NOAUTH``). Both a
+    :class:`ConfigurationError` (a client that cannot connect at all fails with it, naming what
+    to check) and a :class:`RedisUnavailable`: a running worker whose reconnects are refused
+    for a while (a password rotated on the server before the credential provider caught up)
+    waits and retries like during any outage, instead of dropping the outcomes in flight."""
 
 
 class ClusterReconfiguring(RedisUnavailable):

@@ -44,7 +44,12 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from ..errors import CommandTimeout, ConfigurationError, RedisUnavailable, UnsupportedServer
+from ..errors import (
+    CommandTimeout,
+    CredentialsRefused,
+    RedisUnavailable,
+    UnsupportedServer,
+)
 from ._protocol import Arg, ProtocolError, PushNotification, ReplyError, encode, new_reader
 
 Address = tuple[str, int]
@@ -173,7 +178,7 @@ class Endpoint:
                 if isinstance(reply, ReplyError):
                     text = str(reply)
                     if text.startswith(("WRONGPASS", "NOAUTH")) or "password" in text:
-                        raise ConfigurationError(
+                        raise CredentialsRefused(
                             f"Redis at {where} refused the credentials: {text}. "
                             "Check the user and password in the URL"
                         )

@@ -35,6 +35,7 @@ from ..errors import (
     ClusterReconfiguring,
     CommandTimeout,
     ConfigurationError,
+    CredentialsRefused,
     PermissionDenied,
     RedisUnavailable,
     RespireError,
@@ -311,7 +312,7 @@ def _map_reply(message: str) -> RespireError:
     if code == "NOPERM" or (code == "ERR" and _script_acl_denial(message)):
         return PermissionDenied(message, _denied_command(message))
     if code in ("WRONGPASS", "NOAUTH"):
-        return ConfigurationError(
+        return CredentialsRefused(
             f"Redis refused the credentials: {message}. Check the user and password in the URL"
         )
     if code.startswith("RESPIRE_"):
@@ -516,6 +517,9 @@ class RedisClient:
             if self._router is not None:
                 await self._router.refresh(force=True)
             await self.server_info(refresh=True)
+        except CredentialsRefused:
+            await self.aclose()
+            raise
         except RedisUnavailable as exc:
             await self.aclose()
             raise RedisUnavailable(

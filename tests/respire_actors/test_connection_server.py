@@ -15,6 +15,7 @@ from hiredis import ProtocolError, ReplyError
 from respire_actors.errors import (
     CommandTimeout,
     ConfigurationError,
+    CredentialsRefused,
     PermissionDenied,
     RedisUnavailable,
     RespireError,
@@ -95,9 +96,31 @@ async def test_wrong_password_is_a_configuration_error(
 ) -> None:
     user, _ = acl_user
     url = valkey_url.replace("redis://", f"redis://{user}:not-the-password@")
-    with pytest.raises(ConfigurationError, match="credentials"):
+    with pytest.raises(ConfigurationError, match="credentials") as raised:
         async with connect(url):
             pass
+    # also a RedisUnavailable: a running worker whose reconnects are refused for a while (a
+    # password rotation) waits and retries instead of dropping the outcomes in flight
+    assert isinstance(raised.value, CredentialsRefused)
+    assert isinstance(raised.value, RedisUnavailable)
+
+
+async def test_credentials_refused_on_a_reconnect_are_transient(
+    valkey_url: str, valkey_server: ValkeyProcess, acl_user: tuple[str, str]
+) -> None:
+    user, password = acl_user
+    url = valkey_url.replace("redis://", f"redis://{user}:{password}@")
+    async with connect(url) as client:
+        await client.execute("PING")
+        valkey_server.execute("ACL", "SETUSER", user, "resetpass", ">another")
+        valkey_server.execute("CLIENT", "KILL", "USER", user)
+        with pytest.raises(RedisUnavailable):  # the dropped connection, or its refused return
+            await client.execute("PING")
+        with pytest.raises(CredentialsRefused):
+            await client.execute("PING")
+        valkey_server.execute("ACL", "SETUSER", user, f">{password}")
+        await anyio.sleep(1.1)  # the reconnect backoff after failed attempts
+        assert await client.execute("PING") == b"PONG"
 
 
 async def test_unreachable_server_is_redis_unavailable() -> None:
