@@ -62,9 +62,8 @@ def to_jsonable(value: Any) -> Any:
     they decode, else ``{"base64": ...}``)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out = {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        for name in ("safe",):
-            if hasattr(value, name) and name not in out:
-                out[name] = getattr(value, name)
+        if isinstance(value, TrimPlan):
+            out["safe"] = value.safe
         return out
     if isinstance(value, dict):
         return {str(k): to_jsonable(v) for k, v in value.items()}
