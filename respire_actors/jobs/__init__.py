@@ -1,6 +1,16 @@
 """Typed job queues and their supervised workers."""
 
 from ..actors.runtime import WorkerStatistics
+from .batches import BatchStatus, Callback
+from .flows import (
+    CONTINUE,
+    FAIL_PARENT,
+    IGNORE,
+    FlowFailurePolicy,
+    FlowNode,
+    FlowNodeResult,
+    FlowStatus,
+)
 from .groups import GroupInfo, GroupOptions, GroupPage
 from .job import Job
 from .metrics import MinuteMetrics, read_metrics
@@ -41,6 +51,13 @@ from .recurring import (
 from .worker import Registration, Worker
 
 __all__ = [
+    "CONTINUE",
+    "FAIL_PARENT",
+    "IGNORE",
+    "FlowFailurePolicy",
+    "FlowNode",
+    "FlowNodeResult",
+    "FlowStatus",
     "ACK",
     "CATCH_UP",
     "SKIP",
@@ -51,6 +68,8 @@ __all__ = [
     "SchedulePage",
     "NACK",
     "Ack",
+    "BatchStatus",
+    "Callback",
     "DeadLetter",
     "DeadLetterReason",
     "Delivery",
