@@ -11,7 +11,7 @@ Fixtures (see ``tests/helpers`` for the plain functions behind them):
 * ``unique_name`` - a fresh ``t-<12 hex>`` name; build queue names / key prefixes from it.
 * ``client`` - an entered :class:`~respire_actors.redis.client.RedisClient` on ``server_url``;
   on teardown it deletes every key containing ``unique_name`` (SCAN + UNLINK) and removes the
-  queue names containing it from the queue registry.
+  queue names containing it from the queue registry (``delete_matching`` does both).
 * ``spawn_valkey`` - a factory for throwaway valkey-servers with extra arguments (stopped at
   teardown): for tests that pause, kill or reconfigure a server.
 * ``cluster_nodes`` (session) - a 3-master Redis Cluster built from the valkey binary;
@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers.keyspace import delete_matching, forget_registered, new_name
+from helpers.keyspace import delete_matching, new_name
 from helpers.resp import RespError, SyncRedis
 from helpers.servers import Cluster, ValkeyProcess, start_cluster, start_valkey
 
@@ -127,7 +127,6 @@ async def client(server_url: str, unique_name: str) -> AsyncIterator[RedisClient
             yield redis
         finally:
             await delete_matching(redis, f"*{unique_name}*")
-            await forget_registered(redis, unique_name)
 
 
 @pytest.fixture
@@ -172,4 +171,3 @@ async def cluster_client(cluster_url: str, unique_name: str) -> AsyncIterator[Re
             yield redis
         finally:
             await delete_matching(redis, f"*{unique_name}*")
-            await forget_registered(redis, unique_name)
