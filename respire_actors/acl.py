@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Literal
 
 from .errors import ValidationError
-from .keys import job_queue_key_pattern
+from .keys import job_queue_key_pattern, queue_registry_pattern
 
 Role = Literal["producer", "worker", "scheduler", "observer", "operator"]
 
@@ -51,7 +51,8 @@ ROLE_COMMANDS: Mapping[Role, tuple[str, ...]] = {
     ),
     # a Worker registration with QueueOptions (promotion, durable retries, rate limit,
     # metrics, deletion of acknowledged entries), groups, the recurring ticker, kept results,
-    # the lease renewer, recovery and the consumer sweeper
+    # the lease renewer, recovery, the consumer sweeper and the retention keeper (which also
+    # adds the queue to the queue registry)
     "worker": (
         *_SCRIPTS,
         "type",
@@ -91,6 +92,9 @@ ROLE_COMMANDS: Mapping[Role, tuple[str, ...]] = {
         "xgroup|delconsumer",
         "xinfo|groups",
         "xinfo|consumers",
+        "xlen",
+        "xtrim",
+        "sadd",
     ),
     # RecurringScheduler: upsert, get, list, remove
     "scheduler": (
@@ -117,7 +121,9 @@ ROLE_COMMANDS: Mapping[Role, tuple[str, ...]] = {
         "xrevrange",
     ),
     # pause / resume, set_rate_limit, group options and pause, get_group, list_groups,
-    # read_dead_letters, get_state
+    # read_dead_letters, get_state; the operator API (respire_actors.admin) and the operator
+    # commands of the CLI: queue registry, summaries, pending / scheduled / dead-letter pages,
+    # job detail, dead-letter retry and removal, safe trims
     "operator": (
         *_SCRIPTS,
         "type",
@@ -134,8 +140,26 @@ ROLE_COMMANDS: Mapping[Role, tuple[str, ...]] = {
         "zlexcount",
         "xadd",
         "xrange",
+        "exists",
+        "lrange",
+        "zcard",
+        "zrank",
+        "zcount",
+        "xlen",
+        "xdel",
+        "xtrim",
+        "xrevrange",
+        "xpending",
+        "xinfo|groups",
+        "smembers",
+        "sadd",
+        "srem",
     ),
 }
+
+REGISTRY_ROLES: frozenset[Role] = frozenset({"worker", "operator"})
+"""Roles that also get the queue registry key (workers register their queues, operators list
+them)."""
 
 
 def acl_rules(
@@ -156,8 +180,10 @@ def acl_rules(
     if queues is not None and not queues:
         raise ValidationError("queues must name at least one queue (None: every queue)")
     patterns = ["~" + job_queue_key_pattern(q, key_prefix) for q in (queues if queues else (None,))]
+    if role in REGISTRY_ROLES:
+        patterns.append("~" + queue_registry_pattern(key_prefix))
     commands = [*CONNECT_COMMANDS, *ROLE_COMMANDS[role]]
     return ["resetkeys", "resetchannels", "-@all", *patterns, *(f"+{c}" for c in commands)]
 
 
-__all__ = ["CONNECT_COMMANDS", "ROLES", "ROLE_COMMANDS", "Role", "acl_rules"]
+__all__ = ["CONNECT_COMMANDS", "REGISTRY_ROLES", "ROLES", "ROLE_COMMANDS", "Role", "acl_rules"]

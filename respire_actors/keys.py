@@ -27,6 +27,11 @@ Job queue ``email`` (prefix ``P``)::
     P{respire-job:email}:ready:group-leases   concurrency leases (encoded group + entry id)
     P{respire-job:email}:ready:group-parked   parked groups scored by their wake deadline
 
+The registry of job queue names (a set; workers add their queues at start, ``list_queues`` reads
+it, never KEYS)::
+
+    P{respire}:queues
+
 Application group names never appear in a key: they are encoded into members and fields.
 
 Reliable queue ``orders``::
@@ -114,6 +119,12 @@ def job_queue_key_pattern(queue: str | None = None, prefix: str = "") -> str:
     return f"{_glob_escape(prefix)}{{respire-job:{name}}}:*"
 
 
+def queue_registry_pattern(prefix: str = "") -> str:
+    """:func:`queue_registry` as an ACL key pattern (glob characters of the prefix escaped)."""
+    validate_key_prefix(prefix)
+    return f"{_glob_escape(prefix)}{{respire}}:queues"
+
+
 def _glob_escape(text: str) -> str:
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
@@ -142,6 +153,11 @@ def hash_tag(key: str) -> str:
 def same_slot(*keys: str) -> bool:
     """True when all keys share one hash tag (so one cluster slot)."""
     return len({hash_tag(k) for k in keys}) <= 1
+
+
+def queue_registry(prefix: str = "") -> str:
+    """The set of known job queue names (``respire_actors.admin.list_queues``)."""
+    return f"{prefix}{{respire}}:queues"
 
 
 @dataclass(frozen=True, slots=True)

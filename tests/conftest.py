@@ -10,7 +10,8 @@ Fixtures (see ``tests/helpers`` for the plain functions behind them):
 * ``server_url`` - parametrized over both servers (ids ``valkey`` and ``redis``).
 * ``unique_name`` - a fresh ``t-<12 hex>`` name; build queue names / key prefixes from it.
 * ``client`` - an entered :class:`~respire_actors.redis.client.RedisClient` on ``server_url``;
-  on teardown it deletes every key containing ``unique_name`` (SCAN + UNLINK).
+  on teardown it deletes every key containing ``unique_name`` (SCAN + UNLINK) and removes the
+  queue names containing it from the queue registry (``delete_matching`` does both).
 * ``spawn_valkey`` - a factory for throwaway valkey-servers with extra arguments (stopped at
   teardown): for tests that pause, kill or reconfigure a server.
 * ``otel`` - the OpenTelemetry SDK providers (installed once per process: in-memory span

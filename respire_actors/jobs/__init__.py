@@ -30,7 +30,14 @@ from .model import (
     QueueState,
     RetryAfter,
 )
-from .options import JobEnqueueOptions, LogPolicy, QueueOptions, RateLimit, WorkerOptions
+from .options import (
+    JobEnqueueOptions,
+    LogPolicy,
+    QueueOptions,
+    RateLimit,
+    Retention,
+    WorkerOptions,
+)
 from .queue import JobQueue
 from .recurring import (
     CATCH_UP,
@@ -82,6 +89,7 @@ __all__ = [
     "QueueState",
     "RateLimit",
     "Registration",
+    "Retention",
     "RetryAfter",
     "Complete",
     "MinuteMetrics",

@@ -7,6 +7,7 @@ from uuid import uuid4
 import anyio
 import anyio.to_thread
 
+from respire_actors.keys import queue_registry
 from respire_actors.redis.client import RedisClient
 
 from .resp import SyncRedis
@@ -23,9 +24,11 @@ def _text(value: object) -> str:
 
 async def delete_matching(client: RedisClient, pattern: str, *, batch: int = 500) -> int:
     """Delete every key matching the glob ``pattern`` with SCAN + UNLINK; return the count.
+    Queue names matching it are removed from the (shared) queue registry too.
 
     On a cluster client, scan every master (SCAN is per node) through plain connections.
     """
+    await forget_registered(client, pattern)
     if client.is_cluster:
         deleted = 0
         for host, port in await cluster_masters(client):
@@ -63,6 +66,20 @@ def delete_matching_sync(
                 deleted += int(conn.execute("UNLINK", *keys))
         if _text(cursor) == "0":
             return deleted
+
+
+async def forget_registered(client: RedisClient, pattern: str) -> int:
+    """Remove the job queue names matching the glob ``pattern`` from the queue registry
+    (workers register their queues there; the set itself is shared by every test)."""
+    key = queue_registry(client.key_prefix)
+    removed = 0
+    cursor: object = b"0"
+    while True:
+        cursor, names = await client.execute("SSCAN", key, cursor, "MATCH", pattern)
+        if names:
+            removed += int(await client.execute("SREM", key, *names))
+        if _text(cursor) == "0":
+            return removed
 
 
 async def cluster_masters(client: RedisClient) -> list[tuple[str, int]]:

@@ -8,7 +8,7 @@ import role_paths
 from helpers.keyspace import delete_matching
 
 from respire_actors.errors import ConfigurationError
-from respire_actors.keys import JobQueueKeys, hash_tag, job_queue_key_pattern
+from respire_actors.keys import JobQueueKeys, hash_tag, job_queue_key_pattern, queue_registry
 from respire_actors.redis.client import ConnectionSettings, RedisClient, connect
 
 pytestmark = pytest.mark.anyio
@@ -66,6 +66,9 @@ async def test_every_role_writes_only_prefixed_keys(
             names = [k.decode() for k in found]
             assert len(names) > 10  # the paths wrote the queue's keys...
             assert all(n.startswith(prefix) for n in names), names  # ...all of them prefixed
+            # the queue registry (workers register their queues) is the one shared key
+            assert queue_registry(prefix) in names
+            names.remove(queue_registry(prefix))
             pattern = job_queue_key_pattern(unique_name, prefix).replace("\\", "")
             assert all(n.startswith(pattern[:-1]) for n in names)
             assert len({hash_tag(n) for n in names}) == 1  # one cluster slot
