@@ -43,10 +43,10 @@ def when(value: datetime | None) -> str:
 def counts(summary: Any) -> dict[str, str]:
     """The live fields of a queue summary, as the pages show them."""
     return {
-        "ready": str(summary.ready),
+        "length": str(summary.ready),
+        "waiting": "—" if summary.lag is None else str(summary.lag),
         "pending": str(summary.pending),
         "oldest": duration(summary.oldest_pending_age_ms),
-        "lag": "—" if summary.lag is None else str(summary.lag),
         "scheduled": str(summary.scheduled),
         "dead": str(summary.dead_letters),
         "paused": "paused" if summary.paused else "running",

@@ -1,0 +1,243 @@
+"""The dashboard over HTTP (the ASGI app itself, no browser) against real servers on trio and
+asyncio: what each page shows of real state, and the security rules: loopback-only without
+auth, token and basic auth, CSRF and origin checks on every mutation, read-only mode, hidden
+payloads, the queue allow-list, and the mutation log."""
+
+from __future__ import annotations
+
+import base64
+import re
+import logging
+from datetime import timedelta
+
+import anyio
+import pytest
+from dashboard_helpers import csrf_of, http, prefixed, worker_running  # noqa: F401 - fixture
+from jobs_helpers import wait_until, wait_until_async
+
+from respire_actors.admin import QueueAdmin, register_queue
+from respire_actors.codecs import StrCodec
+from respire_actors.dashboard import BasicAuth, DashboardConfig, TokenAuth
+from respire_actors.dashboard.formatting import counts
+from respire_actors.dashboard.security import CSRF_COOKIE, csrf_token
+from respire_actors.jobs import DeadLetter, Job, JobEnqueueOptions, JobQueue, Outcome
+from respire_actors.redis.client import RedisClient
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "test-token-0123456789"
+
+
+async def _dead_letter_one(client: RedisClient, name: str, job_id: str, payload: str) -> None:
+    """Run a worker that dead-letters ``job_id`` (so the queue has one dead letter)."""
+    queue = JobQueue(client, name, StrCodec())
+
+    async def handler(job: Job[str]) -> Outcome:
+        await job.log(f"giving up on {job.payload}")
+        return DeadLetter(detail="bad address")
+
+    admin = QueueAdmin(client, name)
+    before = (await admin.summary()).dead_letters
+    async with worker_running(client, name, handler):
+        await queue.enqueue(job_id, payload)
+        await wait_until_async(lambda: _dead_count(admin, before + 1))
+
+
+async def _dead_count(admin: QueueAdmin, n: int) -> bool:
+    return (await admin.summary()).dead_letters == n
+
+
+async def test_pages_show_the_queue_state(prefixed: RedisClient, unique_name: str) -> None:
+    client, name = prefixed, unique_name
+    await _dead_letter_one(client, name, "dead-1", "secret-payload-1")
+    queue = JobQueue(client, name, StrCodec())
+    for i in range(3):
+        await queue.enqueue(f"ready-{i}", f"body-{i}")
+    await queue.enqueue_scheduled("later-1", "later", JobEnqueueOptions(delay=timedelta(hours=1)))
+    await register_queue(client, name)
+    async with http(client, DashboardConfig()) as h:
+        overview = await h.get("/")
+        assert overview.status_code == 200
+        assert f'data-queue="{name}"' in overview.text
+        detail = await h.get("/queue", params={"queue": name})
+        assert detail.status_code == 200
+        assert "later-1" in detail.text  # scheduled
+        shown = dict(re.findall(r'data-field="(\w+)"[^>]*>(?:<a [^>]*>)?([^<]*)<', detail.text))
+        assert shown == counts(await QueueAdmin(client, name).summary())
+        assert shown["scheduled"] == "1" and shown["dead"] == "1"
+        assert "Pause queue" in detail.text
+        dead = await h.get("/dead", params={"queue": name})
+        assert dead.status_code == 200
+        assert "dead-1" in dead.text and "bad address" in dead.text
+        assert "secret-payload-1" not in dead.text and "hidden (16 bytes)" in dead.text
+        entry = (await queue.enqueue("ready-0", "dup")).entry_id
+        job = await h.get("/job", params={"queue": name, "entry": entry})
+        assert job.status_code == 200 and "ready-0" in job.text
+        assert "body-0" not in job.text and "hidden (6 bytes)" in job.text
+        assert (await h.get("/job", params={"queue": name, "entry": "1-1"})).status_code == 404
+        groups = await h.get("/groups", params={"queue": name})
+        assert groups.status_code == 200 and "Not used" in groups.text
+        batches = await h.get("/batches", params={"queue": name})
+        assert batches.status_code == 200
+        filtered = await h.get("/dead", params={"queue": name, "reason": "nack"})
+        assert "dead-1" not in filtered.text and "No dead letters" in filtered.text
+        assert (await h.get("/queue", params={"queue": "a{b}"})).status_code == 400
+        assert (await h.get("/queue")).status_code == 400
+        assert (await h.get("/nowhere")).status_code == 404
+    async with http(client, DashboardConfig(show_payloads=True)) as h:
+        dead = await h.get("/dead", params={"queue": name})
+        assert "secret-payload-1" in dead.text
+        job = await h.get("/job", params={"queue": name, "entry": entry})
+        assert "body-0" in job.text
+
+
+async def test_without_auth_only_loopback_clients(client: RedisClient, unique_name: str) -> None:
+    async with http(client, DashboardConfig(), host="192.0.2.10") as h:
+        for path in ("/", f"/queue?queue={unique_name}", f"/queue/live?queue={unique_name}"):
+            assert (await h.get(path)).status_code == 403
+        assert (await h.post("/queue/pause", data={"queue": unique_name})).status_code == 403
+    async with http(client, DashboardConfig(), host="::1") as h:
+        assert (await h.get("/")).status_code == 200
+
+
+async def test_token_auth(client: RedisClient, unique_name: str) -> None:
+    config = DashboardConfig(auth=TokenAuth(TOKEN))
+    async with http(client, config, host="192.0.2.10") as h:
+        refused = await h.get("/", headers={"accept": "text/html"})
+        assert refused.status_code == 401 and 'name="token"' in refused.text
+        for header in ("Bearer wrong-token-0123456789", f"Basic {TOKEN}", f"Bearer {TOKEN}0"):
+            assert (await h.get("/", headers={"authorization": header})).status_code == 401
+        assert (await h.get("/", headers={"authorization": f"Bearer {TOKEN}"})).status_code == 200
+        # the login form: a wrong token is refused, the right one sets the session cookie
+        form = await h.get("/login")
+        bad = await h.post("/login", data={"csrf": csrf_of(form.text), "token": "nope" * 5})
+        assert bad.status_code == 401 and "not valid" in bad.text
+        assert (await h.get("/")).status_code == 401
+        good = await h.post(
+            "/login", data={"csrf": csrf_of(form.text), "token": TOKEN, "next": "//evil.example"}
+        )
+        assert good.status_code == 303 and good.headers["location"] == "/"
+        assert TOKEN not in good.headers["set-cookie"]
+        assert (await h.get("/")).status_code == 200
+        assert (await h.post("/logout")).status_code == 303
+        assert (await h.get("/")).status_code == 401
+
+
+async def test_basic_auth(client: RedisClient, unique_name: str) -> None:
+    config = DashboardConfig(auth=BasicAuth("ops", "correct horse"))
+    good = "Basic " + base64.b64encode(b"ops:correct horse").decode()
+    wrong = "Basic " + base64.b64encode(b"ops:wrong horse").decode()
+    async with http(client, config, host="192.0.2.10") as h:
+        refused = await h.get("/")
+        assert refused.status_code == 401 and "Basic" in refused.headers["www-authenticate"]
+        assert (await h.get("/", headers={"authorization": wrong})).status_code == 401
+        assert (await h.get("/", headers={"authorization": good})).status_code == 200
+
+
+async def test_mutations_need_the_csrf_token_and_the_own_origin(
+    client: RedisClient, unique_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = JobQueue(client, unique_name, StrCodec())
+    caplog.set_level(logging.INFO, logger="respire_actors.dashboard")
+    async with http(client, DashboardConfig()) as h:
+        page = await h.get("/queue", params={"queue": unique_name})
+        token = csrf_of(page.text)
+        forged = [
+            ({"queue": unique_name}, {}),  # no token
+            ({"queue": unique_name, "csrf": "0" * 64}, {}),  # a wrong token
+            ({"queue": unique_name, "csrf": token}, {"origin": "http://evil.example"}),
+        ]
+        for data, headers in forged:
+            response = await h.post("/queue/pause", data=data, headers=headers)
+            assert response.status_code == 403, (data, headers)
+        assert not (await queue.get_state()).paused
+        # the token of another browser (another CSRF cookie) is refused too
+        async with http(client, DashboardConfig()) as other:
+            theirs = csrf_of((await other.get("/queue", params={"queue": unique_name})).text)
+        assert (
+            await h.post("/queue/pause", data={"queue": unique_name, "csrf": theirs})
+        ).status_code == 403
+        assert not (await queue.get_state()).paused
+        ok = await h.post(
+            "/queue/pause",
+            data={"queue": unique_name, "csrf": token},
+            headers={"origin": "http://127.0.0.1:8080"},
+        )
+        assert ok.status_code == 303
+        assert (await queue.get_state()).paused
+        assert (
+            await h.post("/queue/resume", data={"queue": unique_name, "csrf": token})
+        ).status_code == 303
+        assert not (await queue.get_state()).paused
+    logged = [r.getMessage() for r in caplog.records if r.name == "respire_actors.dashboard"]
+    assert any(f"dashboard pause on queue {unique_name!r} by loopback" in m for m in logged)
+    assert any(f"dashboard resume on queue {unique_name!r}" in m for m in logged)
+    assert sum("CSRF check failed" in m for m in logged) == 4
+
+
+async def test_read_only_hides_and_refuses_every_action(
+    client: RedisClient, unique_name: str
+) -> None:
+    name = unique_name
+    await _dead_letter_one(client, name, "dead-1", "p")
+    admin = QueueAdmin(client, name)
+    dead_id = (await admin.dead_letters()).rows[0].dead_id
+    config = DashboardConfig(read_only=True)
+    async with http(client, config) as h:
+        detail = await h.get("/queue", params={"queue": name})
+        dead = await h.get("/dead", params={"queue": name})
+        assert "read-only" in detail.text
+        for text in (detail.text, dead.text):
+            assert 'method="post"' not in text
+        # a valid token for this browser, as a page with forms would carry it
+        token = csrf_token(config.secret, h.cookies[CSRF_COOKIE])
+        for path, data in (
+            ("/queue/pause", {"queue": name}),
+            ("/dead/retry", {"queue": name, "id": dead_id}),
+            ("/dead/delete", {"queue": name, "id": dead_id}),
+            ("/groups/pause", {"queue": name, "group": "g"}),
+        ):
+            response = await h.post(path, data={**data, "csrf": token})
+            assert response.status_code == 403, path
+    assert (await admin.summary()).dead_letters == 1
+    assert not (await admin.queue.get_state()).paused
+
+
+async def test_dead_letter_retry_and_delete(client: RedisClient, unique_name: str) -> None:
+    name = unique_name
+    await _dead_letter_one(client, name, "dead-1", "p1")
+    await _dead_letter_one(client, name, "dead-2", "p2")
+    admin = QueueAdmin(client, name)
+    rows = {r.job_id: r.dead_id for r in (await admin.dead_letters()).rows}
+    async with http(client, DashboardConfig()) as h:
+        token = csrf_of((await h.get("/dead", params={"queue": name})).text)
+        retried = await h.post("/dead/retry", data={"queue": name, "id": rows["dead-1"],
+                                                    "csrf": token})  # fmt: skip
+        assert retried.status_code == 303 and "retried+1+of+1" in retried.headers["location"]
+        deleted = await h.post("/dead/delete", data={"queue": name, "id": rows["dead-2"],
+                                                     "csrf": token})  # fmt: skip
+        assert deleted.status_code == 303
+        assert (await h.post("/dead/retry", data={"queue": name, "csrf": token})).status_code == 400
+    assert (await admin.summary()).dead_letters == 0
+    seen: list[tuple[str, str]] = []
+
+    async def handler(job: Job[str]) -> None:
+        seen.append((job.id, job.payload))
+
+    async with worker_running(client, name, handler):
+        await wait_until(lambda: len(seen) == 1)
+        await anyio.sleep(0.3)  # time for a wrongly retried dead-2 to show up as well
+    assert seen == [("dead-1", "p1")]
+
+
+async def test_queue_allow_list(client: RedisClient, unique_name: str) -> None:
+    config = DashboardConfig(queues=(unique_name,))
+    async with http(client, config) as h:
+        overview = await h.get("/")
+        assert f'data-queue="{unique_name}"' in overview.text
+        assert overview.text.count("data-queue=") == 1
+        other = await h.get("/queue", params={"queue": unique_name + "-other"})
+        assert other.status_code == 400
+        token = csrf_of((await h.get("/queue", params={"queue": unique_name})).text)
+        refused = await h.post("/queue/pause", data={"queue": unique_name + "-x", "csrf": token})
+        assert refused.status_code == 400
