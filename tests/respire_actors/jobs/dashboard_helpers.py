@@ -17,29 +17,18 @@ from typing import Any, TypeVar
 
 import anyio
 import httpx
-import pytest
 from jobs_helpers import fast_options
 
 from respire_actors.codecs import StrCodec
 from respire_actors.dashboard import Dashboard, DashboardConfig, serve_dashboard
 from respire_actors.jobs import QueueOptions, Worker
-from respire_actors.redis.client import RedisClient, connect
+from respire_actors.redis.client import RedisClient
 
 CHROMIUM = "/usr/bin/chromium"
 SCREENSHOTS_ENV = "RESPIRE_DASHBOARD_SCREENSHOTS"
 """A directory to copy the screenshots to as well (docs/img when refreshing the docs)."""
 
 R = TypeVar("R")
-
-
-@pytest.fixture
-async def prefixed(
-    client: RedisClient, server_url: str, unique_name: str
-) -> AsyncIterator[RedisClient]:
-    """A client whose key prefix holds ``unique_name``: the queue registry it sees holds only
-    this test's queues (the ``client`` fixture deletes every key containing the name)."""
-    async with connect(f"{server_url}?key_prefix={unique_name}:") as redis:
-        yield redis
 
 
 @asynccontextmanager

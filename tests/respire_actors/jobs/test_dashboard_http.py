@@ -6,16 +6,16 @@ payloads, the queue allow-list, and the mutation log."""
 from __future__ import annotations
 
 import base64
-import re
 import logging
+import re
 from datetime import timedelta
 
 import anyio
 import pytest
-from dashboard_helpers import csrf_of, http, prefixed, worker_running  # noqa: F401 - fixture
+from dashboard_helpers import csrf_of, http, worker_running
 from jobs_helpers import wait_until, wait_until_async
-
 from respire_actors.admin import QueueAdmin, register_queue
+
 from respire_actors.codecs import StrCodec
 from respire_actors.dashboard import BasicAuth, DashboardConfig, TokenAuth
 from respire_actors.dashboard.formatting import counts
