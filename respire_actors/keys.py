@@ -27,6 +27,11 @@ Job queue ``email`` (prefix ``P``)::
     P{respire-job:email}:ready:group-leases   concurrency leases (encoded group + entry id)
     P{respire-job:email}:ready:group-parked   parked groups scored by their wake deadline
 
+The registry of job queue names (a set; workers add their queues at start, ``list_queues`` reads
+it, never KEYS)::
+
+    P{respire}:queues
+
 Application group names never appear in a key: they are encoded into members and fields.
 
 Reliable queue ``orders``::
@@ -95,6 +100,11 @@ def hash_tag(key: str) -> str:
 def same_slot(*keys: str) -> bool:
     """True when all keys share one hash tag (so one cluster slot)."""
     return len({hash_tag(k) for k in keys}) <= 1
+
+
+def queue_registry(prefix: str = "") -> str:
+    """The set of known job queue names (``respire_actors.admin.list_queues``)."""
+    return f"{prefix}{{respire}}:queues"
 
 
 @dataclass(frozen=True, slots=True)

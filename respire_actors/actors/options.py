@@ -108,6 +108,88 @@ class LogPolicy:
         return duration_ms(self.retention, what="log retention")
 
 
+RETENTION_STREAMS = ("ready", "events", "dead")
+MAX_RETENTION_AGE = timedelta(days=3650)
+MAX_TRIM_BATCH = 100_000
+
+
+def retention_age_ms(value: object, *, what: str = "max_age") -> int:
+    """A retention age in whole milliseconds (fractions rounded up): a positive timedelta or
+    number of seconds of at most :data:`MAX_RETENTION_AGE` (retention ages may exceed the
+    2**31-1 ms that :func:`duration_ms` allows). Raises :class:`ValidationError`."""
+    if isinstance(value, bool) or not isinstance(value, timedelta | int | float):
+        raise ValidationError(f"{what} must be a timedelta or a number of seconds")
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if math.isnan(seconds) or math.isinf(seconds) or seconds <= 0:
+        raise ValidationError(f"{what} must be positive and finite")
+    if seconds > MAX_RETENTION_AGE.total_seconds():
+        raise ValidationError(f"{what} must be at most {MAX_RETENTION_AGE.days} days")
+    return math.ceil(round(seconds * 1000, 6))
+
+
+def validate_max_length(value: object, *, what: str = "max_length") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**53:
+        raise ValidationError(f"{what} must be an integer from 0 to 2**53-1")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """How long a job queue keeps acknowledged ready entries, events and dead letters.
+
+    max_age:     entries older than this go (a timedelta or seconds, at most 10 years); None
+                 for no age limit
+    max_length:  only the newest this many entries of each stream stay; None for no limit
+    streams:     which of the queue's streams the policy applies to: any of "ready" (its
+                 acknowledged, delivered entries), "events" and "dead" (dead letters)
+    interval:    pause between the keeper's passes
+    batch:       most entries one trim call removes (1-100000); a pass repeats calls until
+                 nothing more is out of policy
+
+    At least one of ``max_age`` and ``max_length`` is required. A pending entry, an entry not
+    yet delivered to every consumer group, and staged (scheduled) jobs are never removed: see
+    docs/retention.md. ``WorkerOptions(retention=None)`` turns retention off.
+    """
+
+    max_age: timedelta | float | None = timedelta(days=7)
+    max_length: int | None = None
+    streams: tuple[str, ...] = RETENTION_STREAMS
+    interval: timedelta = timedelta(minutes=1)
+    batch: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.max_age is None and self.max_length is None:
+            raise ValidationError("Retention needs a max_age, a max_length or both")
+        if self.max_age is not None:
+            retention_age_ms(self.max_age)
+        if self.max_length is not None:
+            validate_max_length(self.max_length)
+        if (
+            not isinstance(self.streams, tuple)
+            or not self.streams
+            or any(s not in RETENTION_STREAMS for s in self.streams)
+            or len(set(self.streams)) != len(self.streams)
+        ):
+            raise ValidationError(
+                f"streams must be a non-empty tuple of distinct names from {RETENTION_STREAMS}"
+            )
+        duration_ms(self.interval, what="retention interval")
+        if (
+            isinstance(self.batch, bool)
+            or not isinstance(self.batch, int)
+            or not 1 <= self.batch <= MAX_TRIM_BATCH
+        ):
+            raise ValidationError(f"batch must be an integer from 1 to {MAX_TRIM_BATCH}")
+
+    @property
+    def max_age_ms(self) -> int | None:
+        return None if self.max_age is None else retention_age_ms(self.max_age)
+
+
+DEFAULT_RETENTION = Retention()
+"""Seven days for acknowledged ready entries, events and dead letters."""
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerOptions:
     """How one worker registration consumes a queue.
@@ -149,6 +231,10 @@ class WorkerOptions:
                          When it runs out the handler is cancelled and the nack path applies
                          (reason ``processing-failed``). With ``renew_leases=False`` it may not
                          exceed the visibility timeout (the lease would end first)
+    retention:           job workers only: the retention keeper's policy for the queue's
+                         acknowledged ready entries, events and dead letters (default
+                         :data:`DEFAULT_RETENTION`, seven days). None turns it off, and then
+                         Redis memory grows with every processed job. See docs/retention.md
 
     The visibility timeout must be at least 10 ms (:data:`MIN_VISIBILITY_MS`).
     """
@@ -173,9 +259,14 @@ class WorkerOptions:
     dead_letter_undecodable: bool = False
     renew_leases: bool = True
     timeout: timedelta | float | None = None
+    retention: Retention | None = DEFAULT_RETENTION
 
     def __post_init__(self) -> None:
         validate_recreate_missing_group(self.recreate_missing_group)
+        if self.retention is not None and not isinstance(self.retention, Retention):
+            raise ValidationError(
+                f"retention must be a Retention or None, got {type(self.retention).__name__}"
+            )
         if (
             isinstance(self.recovery_max_pages, bool)
             or not isinstance(self.recovery_max_pages, int)

@@ -11,6 +11,7 @@
         ├── sweeper                      startup replay, then recovery passes
         ├── promoter                     due scheduled jobs -> ready (with QueueOptions only)
         ├── ticker                       recurring schedules -> ready (with RecurringOptions only)
+        ├── keeper                       registers the queue; applies WorkerOptions.retention
         └── reader                       admits new jobs (stopped first)
 
 Children start in that order and stop in reverse: intake stops first, running handlers get
@@ -39,6 +40,7 @@ from ..actors.options import (
     default_consumer_name,
 )
 from ..actors.promoter import run_promoter
+from ..actors.retention_keeper import KeeperStatistics, run_retention_keeper
 from ..actors.runtime import Handler, QueueRuntime, check_handler
 from ..actors.ticker import TickerStatistics, run_ticker
 from ..actors.tree import ConsumerHost, consumer_supervisor
@@ -46,6 +48,7 @@ from ..codecs import Codec, JsonValueCodec, check_codec
 from ..errors import ValidationError
 from ..keys import JobQueueKeys, validate_name
 from ..redis.client import RedisClient
+from ..retention import stream_key
 from .job import batch_gate, bind_job
 from .recurring import RecurringOptions, RecurringScheduler
 from .source import JobSource
@@ -87,6 +90,7 @@ class Worker(ConsumerHost):
         super().__init__(name)
         self._registrations: dict[str, Registration] = {}
         self._ticker_stats: dict[str, TickerStatistics] = {}
+        self._keeper_stats: dict[str, KeeperStatistics] = {}
 
     def register(
         self,
@@ -241,6 +245,7 @@ class Worker(ConsumerHost):
                 extra.append(ChildSpec("promoter", run_promoter, rt, shutdown=io))
             if reg.recurring is not None:
                 extra.append(self._ticker(client, reg))
+            extra.append(self._keeper(client, reg))
             queue_sups.append(consumer_supervisor(f"queue:{reg.queue}", rt, before_reader=extra))
         return self._root(queue_sups)
 
@@ -273,6 +278,28 @@ class Worker(ConsumerHost):
             stats,
             shutdown=client.settings.command_timeout + 1,
         )
+
+    def _keeper(self, client: RedisClient, reg: Registration) -> ChildSpec:
+        retention = reg.options.retention
+        keys = JobQueueKeys(reg.queue, client.key_prefix)
+        dead = reg.options.dead_letter_stream
+        streams = [(s, stream_key(keys, s, dead)) for s in retention.streams] if retention else []
+        stats = self._keeper_stats[reg.queue] = KeeperStatistics()
+        return ChildSpec(
+            "keeper",
+            run_retention_keeper,
+            client,
+            reg.queue,
+            streams,
+            retention,
+            stats,
+            shutdown=client.settings.command_timeout + 1,
+        )
+
+    def keeper_statistics(self, queue: str) -> KeeperStatistics:
+        """Counters of ``queue``'s retention keeper (passes, trim calls, entries removed per
+        stream); after :meth:`build`."""
+        return self._keeper_stats[queue]
 
     def ticker_statistics(self, queue: str) -> TickerStatistics:
         """Counters of ``queue``'s recurring ticker (passes, failed passes, enqueued ticks,

@@ -20,6 +20,7 @@
 -- RESPIRE_TRIM_VERIFY if a protected entry is missing afterwards (never expected).
 --!include lib/preflight.lua
 --!include lib/rq_common.lua
+--!include lib/retention.lua
 
 local stream = KEYS[1]
 local max_age = ARGV[1] ~= '' and rq_int(ARGV[1], 0, 9007199254740991) or nil
@@ -66,49 +67,24 @@ if policy == nil then
   return {0, '', ''}
 end
 
--- inventory of every group's boundaries
+-- inventory of every group's boundaries (lib/retention.lua)
+local groups, boundary, protected = respire_trim_inventory(stream)
 local cutoff = policy
+if boundary and rq_id_lt(boundary, cutoff) then cutoff = boundary end
 local held_by = {}
-local protected = {}
-local groups = redis.call('XINFO', 'GROUPS', stream)
 for _, g in ipairs(groups) do
-  local name, last, pending = nil, nil, 0
-  for i = 1, #g, 2 do
-    if g[i] == 'name' then name = g[i + 1]
-    elseif g[i] == 'last-delivered-id' then last = g[i + 1]
-    elseif g[i] == 'pending' then pending = tonumber(g[i + 1]) end
-  end
-  local boundary = nil
-  if pending > 0 then
-    local lowest = redis.call('XPENDING', stream, name, '-', '+', 1)
-    if #lowest > 0 then
-      boundary = lowest[1][1]
-      -- verify afterwards only what existed before (an externally deleted body stays gone)
-      if #redis.call('XRANGE', stream, boundary, boundary) > 0 then
-        protected[#protected + 1] = boundary
-      end
+  for _, id in ipairs({g.lowest, g.nxt}) do
+    if id and rq_id_lt(id, policy) then
+      held_by[#held_by + 1] = g.name
+      break
     end
-  end
-  local nxt = redis.call('XRANGE', stream, '(' .. last, '+', 'COUNT', 1)
-  if #nxt > 0 then
-    protected[#protected + 1] = nxt[1][1]
-    if boundary == nil or rq_id_lt(nxt[1][1], boundary) then boundary = nxt[1][1] end
-  end
-  if boundary and rq_id_lt(boundary, cutoff) then
-    cutoff = boundary
-  end
-  if boundary and rq_id_lt(boundary, policy) then
-    held_by[#held_by + 1] = name
   end
 end
 
 local removed = redis.call('XTRIM', stream, 'MINID', cutoff)
 
-for _, id in ipairs(protected) do
-  if #redis.call('XRANGE', stream, id, id) == 0 then
-    return redis.error_reply('RESPIRE_TRIM_VERIFY protected entry ' .. id .. ' is missing')
-  end
-end
+local verr = respire_trim_verify(stream, protected)
+if verr then return verr end
 local out = {removed, cutoff, policy}
 for _, name in ipairs(held_by) do out[#out + 1] = name end
 return out
