@@ -14,6 +14,7 @@ from ..codecs import BytesCodec
 from ..errors import ValidationError
 from ..jobs import JobQueue
 from . import security
+from .config import TokenAuth
 from .web import (
     cookie_path,
     dashboard_of,
@@ -115,7 +116,7 @@ async def login(request: Request) -> Response:
     the session cookie. Only for :class:`~.config.TokenAuth`."""
     dashboard = dashboard_of(request)
     auth = dashboard.config.auth
-    if not isinstance(auth, security.TokenAuth):
+    if not isinstance(auth, TokenAuth):
         return redirect(request, "/")
     target = request.query_params.get("next") or ""
     if request.method == "GET":

@@ -40,10 +40,13 @@ class EventStreamResponse(Response):
     media_type = "text/event-stream"
 
     def __init__(self, producers: Sequence[Producer]) -> None:
-        super().__init__(
-            None,
-            headers={"cache-control": "no-store", "x-accel-buffering": "no"},
-        )
+        super().__init__(None)
+        # no content-length: the body is a stream
+        self.raw_headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-store"),
+            (b"x-accel-buffering", b"no"),
+        ]
         self.producers = producers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

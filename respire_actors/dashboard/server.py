@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import anyio
 import anyio.abc
@@ -71,17 +71,27 @@ async def serve_dashboard(
     config.accesslog = None
     log.info("dashboard listening on %s", bound.url)
     if sniffio.current_async_library() == "trio":
-        import hypercorn.trio
-
-        async with anyio.create_task_group() as tg:
-            await tg.start(hypercorn.trio.serve, dashboard, config)  # type: ignore[arg-type]
-            task_status.started(bound)
+        from hypercorn.trio import serve
     else:
-        import hypercorn.asyncio
+        from hypercorn.asyncio import serve  # type: ignore[assignment]
+    stop = anyio.Event()
+    # Hypercorn stops through its shutdown trigger (its asyncio server does not survive being
+    # cancelled): the server runs shielded, and cancelling this call pulls the trigger, then
+    # gives open connections the graceful timeout (and a hard deadline after it).
+    shielded = anyio.CancelScope(shield=True)
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(hypercorn.asyncio.serve, dashboard, config)  # type: ignore[arg-type]
-            task_status.started(bound)
+    async def run_server() -> None:
+        with shielded:
+            await serve(dashboard, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run_server)
+        task_status.started(bound)
+        try:
+            await anyio.sleep_forever()
+        finally:
+            stop.set()
+            shielded.deadline = anyio.current_time() + config.graceful_timeout + 5
 
 
 def config_from_environment(
@@ -104,13 +114,11 @@ def config_from_environment(
         auth = BasicAuth(basic_user, password)
     elif token is not None:
         auth = TokenAuth(token)
-    extra = {}
-    secret = os.environ.get(SECRET_ENV)
-    if secret:
-        extra["secret"] = secret.encode()
-    return DashboardConfig(
-        auth=auth, queues=queues, read_only=read_only, show_payloads=show_payloads, **extra
+    config = DashboardConfig(
+        auth=auth, queues=queues, read_only=read_only, show_payloads=show_payloads
     )
+    secret = os.environ.get(SECRET_ENV)
+    return replace(config, secret=secret.encode()) if secret else config
 
 
 __all__ = [

@@ -54,7 +54,7 @@ async def worker_running(
         queue,
         handler,
         StrCodec(),
-        fast_options(consumer_count=2),
+        fast_options(consumer_count=4),
         queue_options=QueueOptions(metrics_retention_minutes=60 if metrics else 0),
     )
     async with anyio.create_task_group() as tg:
