@@ -35,6 +35,7 @@ from supervisors import (
 )
 
 from . import __version__
+from .cli_admin import ADMIN_COMMANDS, add_admin_commands, run_admin_command
 from .embedded import DATA_DIR_ENV, EmbeddedConfig, run_embedded_server, running_server_url
 from .errors import ConfigurationError, RedisUnavailable, RespireError, ServerError
 from .redis.client import DEFAULT_URL_ENV, ConnectionSettings, RedisClient, connect
@@ -378,22 +379,34 @@ async def _serve_with_signals(config: ServeConfig, phase: dict[str, bool]) -> in
     return EXIT_OK
 
 
+async def embedded_url(data_dir: Path | None) -> str:
+    """The URL of the embedded server a running ``serve`` has in the data directory; raises
+    :class:`StartupError` saying what to do when none runs there."""
+    directory = EmbeddedConfig(data_dir=data_dir).resolved_dir()
+    url = await running_server_url(directory)
+    if url is None:
+        raise StartupError(
+            f"no embedded server is running in {directory.resolve()}: start one with "
+            "'python -m respire_actors serve APP', or give --redis-url or "
+            f"${DEFAULT_URL_ENV}"
+        )
+    return url
+
+
+async def _admin(args: argparse.Namespace, url: str | None, phase: dict[str, bool]) -> int:
+    """Connect (like ping) and run one operator command (respire_actors.cli_admin)."""
+    async with connect(url or await embedded_url(args.data_dir)) as client:
+        phase["started"] = True  # connected: later failures are runtime failures (exit 1)
+        return await run_admin_command(client, args)
+
+
 async def ping(url: str | None, data_dir: Path | None) -> int:
     """Print the server's flavour, version and capabilities.
 
     Without a URL (and no ``$RESPIRE_REDIS_URL``) it finds the embedded server that ``serve``
     runs in the data directory, like ``serve`` would use it.
     """
-    if not url:
-        directory = EmbeddedConfig(data_dir=data_dir).resolved_dir()
-        url = await running_server_url(directory)
-        if url is None:
-            raise StartupError(
-                f"no embedded server is running in {directory.resolve()}: start one with "
-                "'python -m respire_actors serve APP', or give --redis-url or "
-                f"${DEFAULT_URL_ENV}"
-            )
-    async with connect(url) as client:
+    async with connect(url or await embedded_url(data_dir)) as client:
         info = await client.server_info()
         rows = [
             ("server", client.settings.describe()),
@@ -418,6 +431,9 @@ examples:
   python -m respire_actors serve myproject.tasks:worker --redis-url redis://127.0.0.1:6379
   python -m respire_actors ping
   python -m respire_actors dashboard --redis-url redis://127.0.0.1:6379
+  python -m respire_actors queues                       # operator commands: see docs/cli.md
+  python -m respire_actors dead-letters email --reason nack
+  python -m respire_actors retry email --all --reason nack
 
 Without --redis-url or ${DEFAULT_URL_ENV}, serve starts the embedded valkey-server
 (data in --data-dir, ${DATA_DIR_ENV}, or ./.respire/valkey) and stops it on exit.
@@ -433,6 +449,8 @@ exit codes:
   3  start-up failure: bad app path, unusable or locked data directory, bad log
      level, unreachable or refusing server; one 'error:' line says what to do
      (the traceback too with --log-level debug)
+operator commands (queues, retry, trim, ...): 1 also when the command could not do
+what was asked (an unknown queue, an aborted trim), 2 also for bad arguments
 """
 
 
@@ -533,6 +551,22 @@ def _parser() -> argparse.ArgumentParser:
             help="where to look for the embedded server (default: as for serve)",
         )
         p.add_argument("--backend", **backend)  # type: ignore[arg-type]
+    server = argparse.ArgumentParser(add_help=False)
+    server.add_argument(
+        "--redis-url",
+        default=None,
+        metavar="URL",
+        help=f"the server (default: ${DEFAULT_URL_ENV}, else the embedded server)",
+    )
+    server.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where to look for the embedded server (default: as for serve)",
+    )
+    server.add_argument("--backend", **backend)  # type: ignore[arg-type]
+    add_admin_commands(sub, [common, server], EPILOG)
     _add_dashboard_parser(sub, common, backend)
     return parser
 
@@ -741,9 +775,12 @@ def main(argv: list[str] | None = None) -> int:
             if not url:
                 raise StartupError(f"the dashboard needs --redis-url or ${DEFAULT_URL_ENV}")
             return anyio.run(run_dashboard, args, url, phase, backend=args.backend)
+        if args.command in ADMIN_COMMANDS:
+            return anyio.run(_admin, args, url, phase, backend=args.backend)
         return anyio.run(ping, url, args.data_dir, backend=args.backend)
     except KeyboardInterrupt:
-        return EXIT_FAILURE
+        # interrupting 'events --follow' is how it ends
+        return EXIT_OK if getattr(args, "follow", False) else EXIT_FAILURE
     except BaseException as exc:
         if isinstance(exc, SystemExit):
             raise

@@ -29,7 +29,7 @@ async def register_queue(client: RedisClient, name: str) -> bool:
     validate_name(name)
     added = int(await client.execute("SADD", queue_registry(client.key_prefix), name)) == 1
     if added:
-        log.info("registered job queue %r", name)
+        log.debug("registered job queue %r", name)
     return added
 
 

@@ -10,7 +10,8 @@ Fixtures (see ``tests/helpers`` for the plain functions behind them):
 * ``server_url`` - parametrized over both servers (ids ``valkey`` and ``redis``).
 * ``unique_name`` - a fresh ``t-<12 hex>`` name; build queue names / key prefixes from it.
 * ``client`` - an entered :class:`~respire_actors.redis.client.RedisClient` on ``server_url``;
-  on teardown it deletes every key containing ``unique_name`` (SCAN + UNLINK).
+  on teardown it deletes every key containing ``unique_name`` (SCAN + UNLINK) and removes the
+  queue names containing it from the queue registry.
 * ``spawn_valkey`` - a factory for throwaway valkey-servers with extra arguments (stopped at
   teardown): for tests that pause, kill or reconfigure a server.
 * ``cluster_nodes`` (session) - a 3-master Redis Cluster built from the valkey binary;
@@ -27,7 +28,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers.keyspace import delete_matching, new_name
+from helpers.keyspace import delete_matching, forget_registered, new_name
 from helpers.resp import RespError, SyncRedis
 from helpers.servers import Cluster, ValkeyProcess, start_cluster, start_valkey
 
@@ -126,6 +127,7 @@ async def client(server_url: str, unique_name: str) -> AsyncIterator[RedisClient
             yield redis
         finally:
             await delete_matching(redis, f"*{unique_name}*")
+            await forget_registered(redis, unique_name)
 
 
 @pytest.fixture
@@ -170,3 +172,4 @@ async def cluster_client(cluster_url: str, unique_name: str) -> AsyncIterator[Re
             yield redis
         finally:
             await delete_matching(redis, f"*{unique_name}*")
+            await forget_registered(redis, unique_name)

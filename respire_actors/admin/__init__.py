@@ -15,6 +15,7 @@ from ..retention import TrimGroup, TrimPlan, TrimResult, TrimStream
 from .model import (
     DeadLetterPage,
     DeadLetterRow,
+    EventPage,
     JobDetail,
     PendingPage,
     PendingRow,
@@ -28,6 +29,7 @@ from .queue_admin import QueueAdmin
 __all__ = [
     "DeadLetterPage",
     "DeadLetterRow",
+    "EventPage",
     "JobDetail",
     "PendingPage",
     "PendingRow",

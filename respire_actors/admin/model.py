@@ -99,6 +99,13 @@ class DeadLetterPage:
 
 
 @dataclass(frozen=True, slots=True)
+class EventPage:
+    rows: list[JobEvent]
+    next_before: str | None
+    """Pass as ``before`` for the next (older) page; None when this was the last page."""
+
+
+@dataclass(frozen=True, slots=True)
 class JobDetail:
     """One ready-stream entry: its envelope fields (payload apart), delivery state, trace id,
     recent events of its job id and its log lines."""
@@ -126,6 +133,7 @@ class RetryProgress:
 __all__ = [
     "DeadLetterPage",
     "DeadLetterRow",
+    "EventPage",
     "JobDetail",
     "PendingPage",
     "PendingRow",

@@ -32,6 +32,7 @@ from ..retention import (
 from .model import (
     DeadLetterPage,
     DeadLetterRow,
+    EventPage,
     JobDetail,
     PendingPage,
     PendingRow,
@@ -304,6 +305,16 @@ class QueueAdmin:
                 break
             before = page.next_before
         return counts
+
+    async def events(self, before: str | None = None, count: int = 50) -> EventPage:
+        """One page of the queue's events, newest first: ``count`` (1-1000) events older than
+        ``before`` (None: from the newest; else a page's ``next_before``). To follow new
+        events as they come, use ``admin.queue.read_events("$")``."""
+        count = _count(count)
+        end = "+" if before is None else _bound(before, what="before", open_end="+")
+        rows = await self.client.execute("XREVRANGE", self.keys.events, end, "-", "COUNT", count)
+        events = [_to_event(_s(i), f) for i, f in rows or []]
+        return EventPage(events, "(" + events[-1].id if len(events) == count else None)
 
     async def job(self, entry_id: str) -> JobDetail | None:
         """One entry of the ready stream with its delivery state, the events of its job id

@@ -96,7 +96,9 @@ end
 if cutoff == nil and count > 0 then cutoff = respire_id_next(last) end
 
 if mode == 'plan' then
-  local out = {length, cutoff or '', count, limited, age_cut or '', boundary or '', #groups}
+  local shown = ''
+  if count > 0 then shown = cutoff end
+  local out = {length, shown, count, limited, age_cut or '', boundary or '', #groups}
   for _, g in ipairs(groups) do
     for _, v in ipairs({g.name, g.last, g.pending, g.lowest or '', g.nxt or ''}) do
       out[#out + 1] = v
@@ -117,7 +119,7 @@ if mode == 'trim' then
   end
   cutoff = planned
 end
-if cutoff == nil then return {'trimmed', 0, ''} end
+if cutoff == nil or count == 0 then return {'trimmed', 0, ''} end
 local removed = redis.call('XTRIM', stream, 'MINID', cutoff)
 local verr = respire_trim_verify(stream, protected)
 if verr then return verr end

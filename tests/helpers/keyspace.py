@@ -7,6 +7,7 @@ from uuid import uuid4
 import anyio
 import anyio.to_thread
 
+from respire_actors.keys import queue_registry
 from respire_actors.redis.client import RedisClient
 
 from .resp import SyncRedis
@@ -63,6 +64,20 @@ def delete_matching_sync(
                 deleted += int(conn.execute("UNLINK", *keys))
         if _text(cursor) == "0":
             return deleted
+
+
+async def forget_registered(client: RedisClient, fragment: str) -> int:
+    """Remove the job queue names containing ``fragment`` from the queue registry (workers
+    register their queues there; the set itself is shared by every test)."""
+    key = queue_registry(client.key_prefix)
+    removed = 0
+    cursor: object = b"0"
+    while True:
+        cursor, names = await client.execute("SSCAN", key, cursor, "MATCH", f"*{fragment}*")
+        if names:
+            removed += int(await client.execute("SREM", key, *names))
+        if _text(cursor) == "0":
+            return removed
 
 
 async def cluster_masters(client: RedisClient) -> list[tuple[str, int]]:
