@@ -7,7 +7,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from functools import wraps
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from urllib.parse import urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -16,11 +16,9 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 
 from ..errors import RespireError, ValidationError
 from ..keys import validate_name
+from ..redis.client import RedisClient
 from . import formatting, security
 from .config import DashboardConfig
-
-if TYPE_CHECKING:
-    from .app import Dashboard
 
 log = logging.getLogger("respire_actors.dashboard")
 
@@ -41,8 +39,17 @@ _TEMPLATES.globals.update(
 )
 
 
-def dashboard_of(request: Request) -> Dashboard:
-    dashboard: Dashboard = request.scope["respire.dashboard"]
+class Hosting(Protocol):
+    """What a request sees of the :class:`~.app.Dashboard` serving it."""
+
+    config: DashboardConfig
+
+    @property
+    def client(self) -> RedisClient: ...
+
+
+def dashboard_of(request: Request) -> Hosting:
+    dashboard: Hosting = request.scope["respire.dashboard"]
     return dashboard
 
 
