@@ -12,8 +12,18 @@
     ├── ConfigurationError                  a setting that cannot work (bad URL, mismatched policy)
     │   └── ConsumerGroupMissing            a queue's consumer group vanished (never recreated at 0)
     ├── RedisUnavailable                    cannot reach the server, or the connection dropped
-    │   └── CommandTimeout (also TimeoutError)  no reply within the command timeout
+    │   ├── CommandTimeout (also TimeoutError)  no reply within the command timeout
+    │   └── ClusterReconfiguring            a slot is migrating / the cluster is down for it;
+    │                                       the command did NOT run (safe to repeat)
     ├── UnsupportedServer                   the server is older than Redis 7.0
+    ├── FlowError                           a parent/child job flow operation was refused
+    │   ├── InvalidFlow (also ValidationError)  a tree or flow argument refused before sending
+    │   │   ├── FlowCycle                   a node is its own ancestor
+    │   │   ├── FlowSharedNode              one node object appears under two parents
+    │   │   ├── FlowDuplicateJob            two nodes of one tree have the same job id
+    │   │   └── FlowTooLarge                over 256 nodes or over the size limits
+    │   ├── FlowActive                      remove_flow while a node is waiting or ready
+    │   └── FlowNotFound                    a handler asked for child results of a removed flow
     ├── JobResultError                      a job's retained result cannot be returned
     │   ├── JobResultTimeout (also TimeoutError)  no outcome within ``queue.result``'s timeout
     │   ├── JobDeadLettered                 the job ended in the dead-letter stream
@@ -75,6 +85,16 @@ class RedisUnavailable(RespireError):
 
 class CommandTimeout(RedisUnavailable, TimeoutError):
     """No reply arrived within the command timeout. The command may still have run."""
+
+
+class ClusterReconfiguring(RedisUnavailable):
+    """The cluster could not serve the command's slot right now and the command did **not**
+    run: the slot is being migrated (``TRYAGAIN``: a multi-key command during resharding), the
+    cluster is down for it (``CLUSTERDOWN``), or redirections kept pointing elsewhere. The client
+    retries such replies for ``ConnectionSettings.cluster_retry_timeout`` before raising this;
+    the runtime's actors wait it out with backoff. A producer may repeat the call as is."""
+
+    ran = False
 
 
 class UnsupportedServer(RespireError):
@@ -173,3 +193,40 @@ class InvalidSchedule(ValidationError):
     """A recurring schedule was refused before anything was sent: not exactly one of interval
     and cron, an interval that is not a positive whole number of milliseconds, a cron
     expression that is not five UTC fields, or one with no future occurrence."""
+
+
+class FlowError(RespireError):
+    """Base of the errors of parent/child job flows (see docs/flows.md)."""
+
+
+class InvalidFlow(FlowError, ValidationError):
+    """A flow tree or argument was refused before anything was sent to Redis: a bad flow id,
+    job id, failure policy or node, or a node that belongs to another queue. The subclasses
+    name the shape and size problems."""
+
+
+class FlowCycle(InvalidFlow):
+    """A node of the tree is its own ancestor (a child list leads back up the tree)."""
+
+
+class FlowSharedNode(InvalidFlow):
+    """The same node object is the child of two parents; a flow must be a tree."""
+
+
+class FlowDuplicateJob(InvalidFlow):
+    """Two nodes of one tree carry the same job id (ids are unique within a tree)."""
+
+
+class FlowTooLarge(InvalidFlow):
+    """The tree has more than 256 nodes, its job ids and encoded payloads exceed 256 KiB, or a
+    result exceeds 4 KiB."""
+
+
+class FlowActive(FlowError):
+    """``remove_flow`` was refused because a node is still waiting or ready; nothing was
+    deleted. Remove a flow once every node completed or failed."""
+
+
+class FlowNotFound(FlowError):
+    """A flow node's handler asked for its children's results, but the flow's state is gone
+    (it was removed, e.g. while a dead-lettered node was replayed)."""

@@ -1,6 +1,15 @@
 """Typed job queues and their supervised workers."""
 
 from ..actors.runtime import WorkerStatistics
+from .flows import (
+    CONTINUE,
+    FAIL_PARENT,
+    IGNORE,
+    FlowFailurePolicy,
+    FlowNode,
+    FlowNodeResult,
+    FlowStatus,
+)
 from .groups import GroupInfo, GroupOptions, GroupPage
 from .job import Job
 from .metrics import MinuteMetrics, read_metrics
@@ -34,6 +43,13 @@ from .recurring import (
 from .worker import Registration, Worker
 
 __all__ = [
+    "CONTINUE",
+    "FAIL_PARENT",
+    "IGNORE",
+    "FlowFailurePolicy",
+    "FlowNode",
+    "FlowNodeResult",
+    "FlowStatus",
     "ACK",
     "CATCH_UP",
     "SKIP",

@@ -13,6 +13,8 @@ from ..actors.runtime import QueueRuntime
 from ..codecs import decode_with
 from ..errors import ValidationError
 from ..redis.scripts import load
+from . import flows as _flows
+from .flows import FlowNodeResult
 
 T = TypeVar("T")
 
@@ -202,6 +204,20 @@ class Job(Generic[T]):
         :class:`ValidationError` (not bytes) here, in the handler. Outside a flow it is an
         ordinary success."""
         return Complete(result)
+
+    async def child_results(self) -> list[FlowNodeResult]:
+        """The direct children of this flow node, in breadth-first order: job id, status and
+        retained result (None without one). Under ``IGNORE`` failed children are left out; under
+        ``CONTINUE`` they are included with status ``"failed"``; a leaf, or a job that is not a
+        flow node, gets an empty list (without asking Redis). Read only; safe to cancel.
+        Raises :class:`~respire_actors.errors.FlowNotFound` when the flow was removed.
+        """
+        flow_id, node = self.flow_id, self.flow_node
+        if flow_id is None or node is None:
+            return []
+        return await _flows.child_results(
+            self._rt.client, self._rt.job_keys, flow_id, node, self.id
+        )
 
     def retry_after(self, delay: timedelta | float) -> RetryAfter:
         """An outcome to return: retry durably after ``delay`` (rounded up to whole ms, at most

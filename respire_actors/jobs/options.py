@@ -28,6 +28,26 @@ MAX_GROUP_BYTES = 1024
 MIN_PRIORITY = -(2**31)
 
 
+MAX_JOB_ID_BYTES = 1024
+"""Longest job id (and flow id), in UTF-8 bytes."""
+
+
+def validate_job_id(job_id: object, *, what: str = "job id") -> str:
+    """Check a job id (or, with ``what``, a flow id): a nonblank, valid-Unicode ``str`` of at
+    most :data:`MAX_JOB_ID_BYTES` UTF-8 bytes. Raises :class:`ValidationError`."""
+    if not isinstance(job_id, str):
+        raise ValidationError(f"{what} must be a str, got {type(job_id).__name__}")
+    if not job_id.strip():
+        raise ValidationError(f"{what} must not be blank")
+    try:
+        size = len(job_id.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValidationError(f"{what} {job_id!r} is not valid Unicode") from None
+    if size > MAX_JOB_ID_BYTES:
+        raise ValidationError(f"{what} is {size} bytes; the limit is {MAX_JOB_ID_BYTES}")
+    return job_id
+
+
 def validate_group(group: object) -> str:
     """Check an application group name: a nonblank, valid-Unicode ``str`` of at most
     :data:`MAX_GROUP_BYTES` UTF-8 bytes. The text is kept exactly (no trimming or case

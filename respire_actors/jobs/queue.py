@@ -23,35 +23,28 @@ from ..errors import (
 from ..keys import JobQueueKeys, validate_name
 from ..redis.client import BlockingConnection, Pending, RedisClient, Transaction
 from ..redis.scripts import Script, load, run_many
+from . import flows as _flows
 from . import groups as _groups
+from .flows import FAIL_PARENT, FlowFailurePolicy, FlowNode, FlowNodeResult
 from .groups import GroupInfo, GroupOptions, GroupPage
 from .metrics import MinuteMetrics, read_metrics
 from .model import EnqueueResult, JobEvent, JobStatus, QueueState
-from .options import DEFAULT_DEDUP_WINDOW, JobEnqueueOptions, RateLimit, duration_ms
+from .options import (
+    DEFAULT_DEDUP_WINDOW,
+    JobEnqueueOptions,
+    RateLimit,
+    duration_ms,
+    validate_job_id,
+)
 from .recurring import RecurringScheduler
 
 T = TypeVar("T")
 
-MAX_JOB_ID_BYTES = 1024
 _ENQUEUE = load("job_enqueue")
 _SCHEDULE = load("job_schedule")
 _SCHEDULE_GROUP = load("job_schedule_group")
 _PAUSE = load("job_pause")
 _RATE_POLICY = load("job_rate_policy")
-
-
-def validate_job_id(job_id: object) -> str:
-    if not isinstance(job_id, str):
-        raise ValidationError(f"job id must be a str, got {type(job_id).__name__}")
-    if not job_id.strip():
-        raise ValidationError("job id must not be blank")
-    try:
-        size = len(job_id.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise ValidationError(f"job id {job_id!r} is not valid Unicode") from None
-    if size > MAX_JOB_ID_BYTES:
-        raise ValidationError(f"job id is {size} bytes; the limit is {MAX_JOB_ID_BYTES}")
-    return job_id
 
 
 def _pair(item: object, index: int) -> tuple[str, Any]:
@@ -306,6 +299,43 @@ class JobQueue(Generic[T]):
                 ("set", policy.permit_limit, policy.window_ms),
             )
         return bool(int(reply))
+
+    # -- parent/child flows (docs/flows.md) -------------------------------------------------
+    async def enqueue_flow(
+        self,
+        flow_id: str,
+        tree: FlowNode[T],
+        failure_policy: FlowFailurePolicy = FAIL_PARENT,
+    ) -> bool:
+        """Enqueue a tree of up to 256 jobs: leaves at once, each parent once every direct
+        child is terminal (completed or failed); ``failure_policy`` decides what a parent with
+        a failed child does (see :class:`FlowFailurePolicy`). Nodes run with this queue's
+        handler; a parent reads its children with :meth:`Job.child_results`.
+
+        Returns True when the flow was created, False when ``flow_id`` already exists (flow ids
+        deduplicate permanently, until :meth:`remove_flow`; the first tree wins). Raises an
+        :class:`~respire_actors.errors.InvalidFlow` subclass (a cycle, a shared node, a
+        duplicate job id, more than 256 nodes, ids and payloads over 256 KiB, a node of
+        another queue, a bad policy) or :class:`~respire_actors.codecs.EncodeError` before
+        anything is sent; :class:`~respire_actors.errors.UnsupportedSchema` when the stored
+        flow has an unknown schema version (nothing changes). If cancelled or the reply is
+        lost, the flow may or may not exist: call again with the same id (False then means it
+        was created).
+        """
+        return await _flows.enqueue_flow(
+            self.client, self.keys, self.codec, flow_id, tree, failure_policy
+        )
+
+    async def flow_results(self, flow_id: str) -> list[FlowNodeResult]:
+        """Every node of a flow in breadth-first order (the root first) with its status and
+        retained result; an empty list for an unknown or removed flow. Read only."""
+        return await _flows.flow_results(self.client, self.keys, flow_id)
+
+    async def remove_flow(self, flow_id: str) -> bool:
+        """Delete a finished flow's state and release its id. Returns False when there is no
+        such flow; raises :class:`~respire_actors.errors.FlowActive` (deleting nothing) while a
+        node is still waiting or ready. Flow state never expires on its own. Safe to repeat."""
+        return await _flows.remove_flow(self.client, self.keys, flow_id)
 
     # -- application groups (docs/groups.md) -------------------------------------------------
     async def set_group_options(

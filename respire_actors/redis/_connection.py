@@ -189,6 +189,7 @@ class Statistics:
 
     __slots__ = (
         "asked",
+        "cluster_retries",
         "dedicated_idle",
         "dedicated_in_use",
         "dedicated_waiting",
@@ -202,6 +203,7 @@ class Statistics:
         self.push_frames = 0
         self.moved = 0
         self.asked = 0
+        self.cluster_retries = 0
         self.dedicated_in_use = 0
         self.dedicated_idle = 0
         self.dedicated_waiting = 0

@@ -31,6 +31,7 @@ import anyio
 import anyio.abc
 
 from ..errors import (
+    ClusterReconfiguring,
     CommandTimeout,
     ConfigurationError,
     PermissionDenied,
@@ -103,6 +104,9 @@ class ConnectionSettings:
     key_prefix: str = ""
     command_timeout: float = 5.0
     connect_timeout: float = 5.0
+    cluster_retry_timeout: float = 2.0
+    """How long a command refused with TRYAGAIN or CLUSTERDOWN (a slot migrating, a failover)
+    is retried, with backoff, before :class:`ClusterReconfiguring` is raised (it never ran)."""
     max_connections: int = 64
     client_name: str | None = None
     tls_context: ssl.SSLContext | None = field(default=None, compare=False, repr=False)
@@ -112,7 +116,7 @@ class ConnectionSettings:
     for rotating credentials. Overrides ``username``/``password``."""
 
     def __post_init__(self) -> None:
-        for name in ("command_timeout", "connect_timeout"):
+        for name in ("command_timeout", "connect_timeout", "cluster_retry_timeout"):
             value = getattr(self, name)
             if (
                 isinstance(value, bool)
@@ -197,6 +201,7 @@ class ConnectionSettings:
             ("key_prefix", str),
             ("command_timeout", float),
             ("connect_timeout", float),
+            ("cluster_retry_timeout", float),
             ("max_connections", int),
             ("client_name", str),
             ("ssl_ca_certs", str),
@@ -286,10 +291,22 @@ def map_error(exc: BaseException) -> BaseException:
     return exc
 
 
+_CLUSTER_TRANSIENT = ("TRYAGAIN", "CLUSTERDOWN")
+"""Cluster replies that mean "not now": the command did not run and may be repeated."""
+
+
+def _cluster_transient(reply: Any) -> bool:
+    return type(reply) is ReplyError and str(reply).startswith(_CLUSTER_TRANSIENT)
+
+
 def _map_reply(message: str) -> RespireError:
     code = message.split(" ", 1)[0]
     if code == "LOADING":
         return ServerLoading(message)
+    if code in _CLUSTER_TRANSIENT or code in ("MOVED", "ASK"):
+        return ClusterReconfiguring(
+            f"the cluster could not serve this command now ({message}); it did not run"
+        )
     if code == "WRONGTYPE":
         return WrongKeyType(message)
     if code == "NOPERM":
@@ -390,6 +407,8 @@ class ConnectionStatistics:
     """Cluster MOVED redirections followed."""
     asked: int
     """Cluster ASK redirections followed."""
+    cluster_retries: int = 0
+    """Commands repeated after TRYAGAIN / CLUSTERDOWN (a slot migrating, a failover)."""
 
 
 class RedisClient:
@@ -520,6 +539,7 @@ class RedisClient:
             push_frames=s.push_frames,
             moved=s.moved,
             asked=s.asked,
+            cluster_retries=s.cluster_retries,
         )
 
     def _require(self) -> None:
@@ -541,35 +561,63 @@ class RedisClient:
             replies = await self._main.request(payload, count, shielded=shielded)
             return replies
         address = router.address_for(slot)
-        for _ in range(MAX_REDIRECTS):
+        deadline: float | None = None
+        backoff = 0.005
+        moves = 0
+        while True:
             replies = await router.node(address).request(payload, count, shielded=shielded)
             if count != 1:
                 return replies
             redirect = router.redirection(replies[0], address)
-            if redirect is None:
+            if redirect is not None and redirect[0] == "MOVED" and moves < MAX_REDIRECTS:
+                moves += 1
+                address = redirect[1]
+                await router.refresh()
+                continue
+            if redirect is not None and redirect[0] == "ASK":
+                target = redirect[1]
+                asked = await router.node(target).request(ASKING + payload, 2, shielded=shielded)
+                replies = asked[1:]
+                if (
+                    not _cluster_transient(replies[0])
+                    and router.redirection(replies[0], target) is None
+                ):
+                    return replies
+            elif redirect is None and not _cluster_transient(replies[0]):
                 return replies
-            kind, address = redirect
-            if kind == "ASK":
-                asked = await router.node(address).request(ASKING + payload, 2, shielded=shielded)
-                return asked[1:]
-            await router.refresh()
-        return replies
+            # TRYAGAIN or CLUSTERDOWN (the command did not run), or redirections that keep
+            # moving: wait and repeat within the cluster retry budget, then give the reply back
+            # (the caller maps it to ClusterReconfiguring)
+            now = anyio.current_time()
+            if deadline is None:
+                deadline = now + self.settings.cluster_retry_timeout
+            if now >= deadline:
+                return replies
+            self._stats.cluster_retries += 1
+            await anyio.sleep(min(backoff, deadline - now))
+            backoff = min(backoff * 2, 0.1)
+            moves = 0
+            if str(replies[0]).startswith("CLUSTERDOWN"):
+                await router.refresh()
+            address = router.address_for(slot)
 
     async def _dedicated_call(self, args: Sequence[Arg], timeout: float | None) -> Any:
         """Run one command on a pooled dedicated connection (blocking commands)."""
         payload = encode(args)
         router = self._router
         address = router.address_for(self._slot_of(args)) if router is not None else None
+        asking = False  # an ASK redirection: ASKING precedes the command on the target
         for _ in range(MAX_REDIRECTS):
             pool = router.pool(address) if router is not None and address else self._pool
             assert pool is not None
             conn = await pool.acquire()
             try:
+                request, count = (ASKING + payload, 2) if asking else (payload, 1)
                 if timeout is None:
-                    (reply,) = await conn.call(payload, 1)
+                    reply = (await conn.call(request, count))[-1]
                 else:
                     with anyio.fail_after(timeout):
-                        (reply,) = await conn.call(payload, 1)
+                        reply = (await conn.call(request, count))[-1]
             finally:
                 await pool.release(conn)
             if router is None or address is None:
@@ -577,8 +625,10 @@ class RedisClient:
             redirect = router.redirection(reply, address)
             if redirect is None:
                 return reply
-            address = redirect[1]
-            await router.refresh()
+            kind, address = redirect
+            asking = kind == "ASK"
+            if not asking:
+                await router.refresh()
         return reply
 
     # -- commands -------------------------------------------------------------------------

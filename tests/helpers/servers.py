@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from respire_actors.embedded import free_port, valkey_binary
 
@@ -180,9 +181,67 @@ class Cluster:
                 return node
         raise ValueError(slot)
 
+    def owner_of(self, slot: int) -> ValkeyProcess:
+        """The node serving ``slot`` now (after migrations, unlike :meth:`node_for_slot`)."""
+        rows: Any = self.nodes[0].execute("CLUSTER", "SLOTS")
+        for row in rows:
+            if int(row[0]) <= slot <= int(row[1]):
+                return next(n for n in self.nodes if n.port == int(row[2][1]))
+        raise ValueError(slot)
+
+    def migrate_slot(
+        self,
+        slot: int,
+        target: ValkeyProcess,
+        *,
+        hold: float = 0.0,
+        last: Sequence[str] = (),
+        step_pause: float = 0.0,
+    ) -> int:
+        """Move ``slot`` to ``target`` the way an operator does (SETSLOT IMPORTING/MIGRATING,
+        MIGRATE key by key, SETSLOT NODE everywhere). Keys named in ``last`` move only after
+        ``hold`` seconds, so the slot stays half-migrated that long (what a slot holding many
+        keys looks like to clients); ``step_pause`` sleeps between keys. Returns keys moved."""
+        source = self.owner_of(slot)
+        if source.port == target.port:
+            raise ValueError("the slot is already on the target")
+        source_id = _text(source.execute("CLUSTER", "MYID"))
+        target_id = _text(target.execute("CLUSTER", "MYID"))
+        target.execute("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+        source.execute("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        held = {k.encode() if isinstance(k, str) else k for k in last}
+        moved = 0
+        deadline = time.monotonic() + hold
+
+        def move(key: bytes) -> None:
+            nonlocal moved
+            source.execute("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", key)
+            moved += 1
+            if step_pause:
+                time.sleep(step_pause)
+
+        while True:
+            keys = source.execute("CLUSTER", "GETKEYSINSLOT", slot, 100)
+            early = [k for k in keys if k not in held]  # type: ignore[union-attr]
+            for key in early:
+                move(key)
+            if not early and time.monotonic() >= deadline:
+                break
+            if not early:
+                time.sleep(0.05)
+        for key in source.execute("CLUSTER", "GETKEYSINSLOT", slot, 100000):  # type: ignore[union-attr]
+            move(key)
+        for node in (target, source, *[n for n in self.nodes if n not in (source, target)]):
+            node.execute("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        return moved
+
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def slot_ranges(masters: int) -> list[tuple[int, int]]:

@@ -1,0 +1,178 @@
+"""A queue's slot migrated while a producer and a worker run on it (issue 15).
+
+The slot is held half-migrated for seconds (as a slot full of deduplication keys is): multi-key
+scripts touching a key that does not exist yet get ``TRYAGAIN`` for the whole time. Nothing may
+crash: the client retries within ``cluster_retry_timeout`` and then raises
+:class:`ClusterReconfiguring` (the command did not run, so the producer repeats it); the worker's
+actors wait it out. Every accepted job completes exactly once, the queue on another master is
+served throughout, and processing resumes by itself.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+from helpers.servers import Cluster, key_slot, start_cluster
+from helpers.waiting import wait_until
+
+from respire_actors import ClusterReconfiguring, Job, JobQueue, StrCodec, Worker, WorkerOptions
+from respire_actors.keys import JobQueueKeys
+from respire_actors.redis.client import RedisClient, connect
+from supervisors import SupervisorSnapshot
+
+pytestmark = pytest.mark.anyio
+
+HOLD = float(os.environ.get("RESPIRE_MIGRATION_HOLD", "6"))  # 30 for the issue's long move
+
+
+@pytest.fixture
+def own_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A cluster of its own: this test moves slots, which the shared fixture must not see."""
+    cluster = start_cluster(tmp_path / "cluster", masters=3)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def queues_on_two_masters(cluster: Cluster) -> tuple[str, str]:
+    moving = "orders"
+    slot = key_slot(JobQueueKeys(moving).ready)
+    owner = cluster.owner_of(slot).port
+    i = 0
+    while True:
+        other = f"billing-{i}"
+        other_slot = key_slot(JobQueueKeys(other).ready)
+        if cluster.owner_of(other_slot).port != owner:
+            return moving, other
+        i += 1
+
+
+async def completed_counts(client: RedisClient, queue: JobQueue[str]) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for _, flat in await client.execute("XRANGE", queue.keys.events, "-", "+"):
+        fields = dict(zip(flat[0::2], flat[1::2], strict=True))
+        if fields[b"kind"] == b"completed":
+            counts[fields[b"job_id"].decode()] += 1
+    return counts
+
+
+async def test_a_slot_migration_under_load_loses_and_duplicates_nothing(
+    own_cluster: Cluster,
+) -> None:
+    moving_name, other_name = queues_on_two_masters(own_cluster)
+    async with connect(own_cluster.url, cluster_retry_timeout=0.5) as client:
+        moving = JobQueue(client, moving_name, StrCodec())
+        other = JobQueue(client, other_name, StrCodec())
+        for i in range(200):  # history: a slot with keys to move
+            await moving.enqueue(f"before-{i}", "x")
+        handled: Counter[str] = Counter()
+
+        async def handler(job: Job[str]) -> None:
+            handled[f"{job.queue}:{job.id}"] += 1
+
+        worker = Worker()
+        options = WorkerOptions(
+            consumer_count=8, poll_interval=0.05, recovery_interval=0.2, shutdown_grace=5
+        )
+        worker.register(moving_name, handler, StrCodec(), options)
+        worker.register(other_name, handler, StrCodec(), options)
+        accepted: list[str] = []
+        other_accepted: list[str] = []
+        refused = 0
+        migrating = anyio.Event()
+        done = anyio.Event()
+
+        async def produce() -> None:
+            nonlocal refused
+            i = 0
+            while not done.is_set():
+                job_id = f"during-{i}"
+                try:
+                    await moving.enqueue(job_id, "x")
+                except ClusterReconfiguring:
+                    refused += 1  # it did not run: repeat the same call, as an app would
+                    continue
+                accepted.append(job_id)
+                await other.enqueue(job_id, "y")
+                other_accepted.append(job_id)
+                i += 1
+                await anyio.sleep(0.005)
+
+        async def migrate() -> None:
+            slot = key_slot(moving.keys.ready)
+            source = own_cluster.owner_of(slot)
+            target = next(n for n in own_cluster.nodes if n.port != source.port)
+            await anyio.sleep(0.5)
+            migrating.set()
+            keep = [moving.keys.ready, moving.keys.events]  # the streams move last
+            await anyio.to_thread.run_sync(
+                lambda: own_cluster.migrate_slot(slot, target, hold=HOLD, last=keep)
+            )
+            await anyio.sleep(1.0)
+            done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(worker.run, client)
+            tg.start_soon(produce)
+            await migrate()
+            # processing resumes by itself: everything accepted completes
+            await wait_until(
+                lambda: (
+                    sum(1 for k in handled if k.startswith(moving_name)) >= 200 + len(accepted)
+                    and sum(1 for k in handled if k.startswith(other_name)) >= len(other_accepted)
+                ),
+                timeout=60,
+            )
+            snapshot = worker.snapshot()
+            await worker.stop()
+            tg.cancel_scope.cancel()
+
+        assert migrating.is_set() and len(accepted) > 50
+        assert client.statistics().cluster_retries > 0  # the move was really felt
+        completed = await completed_counts(client, moving)
+        expected = {f"before-{i}" for i in range(200)} | set(accepted)
+        assert set(completed) == expected  # nothing lost
+        assert all(n == 1 for n in completed.values())  # no second completion
+        assert all(n == 1 for n in handled.values())  # no handler ran twice here
+        assert snapshot is not None
+        restarts = _restarts(snapshot)
+        assert restarts == 0, f"actors crashed and were restarted {restarts} times"
+
+
+def _restarts(snapshot: SupervisorSnapshot) -> int:
+    total = 0
+    for child in snapshot.children:
+        total += child.restart_count
+        if child.supervisor is not None:
+            total += _restarts(child.supervisor)
+    return total
+
+
+async def test_a_producer_gets_a_typed_error_that_says_nothing_ran(own_cluster: Cluster) -> None:
+    async with connect(own_cluster.url, cluster_retry_timeout=0.3) as client:
+        queue = JobQueue(client, "orders", StrCodec())
+        await queue.enqueue("first", "x")
+        slot = key_slot(queue.keys.ready)
+        source = own_cluster.owner_of(slot)
+        target = next(n for n in own_cluster.nodes if n.port != source.port)
+        source_id = source.execute("CLUSTER", "MYID")
+        target_id = target.execute("CLUSTER", "MYID")
+        target.execute("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)  # type: ignore[arg-type]
+        source.execute("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)  # type: ignore[arg-type]
+        started = anyio.current_time()
+        with pytest.raises(ClusterReconfiguring, match="did not run") as raised:
+            await queue.enqueue("second", "x")  # the stream is here, its dedup key is not
+        assert raised.value.ran is False
+        assert anyio.current_time() - started >= 0.3  # retried for the budget first
+        assert client.statistics().cluster_retries > 0
+        assert source.execute("XLEN", queue.keys.ready) == 1
+        for node in (source, target):
+            node.execute("CLUSTER", "SETSLOT", slot, "STABLE")
+        assert (await queue.enqueue("second", "x")).enqueued  # the same call, repeated
+        assert await client.execute("XLEN", queue.keys.ready) == 2
