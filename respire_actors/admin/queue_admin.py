@@ -16,7 +16,8 @@ from typing import Any
 from ..actors.options import CONSUMER_GROUP, is_entry_id
 from ..codecs import StrCodec
 from ..errors import RespireError, ServerError, ValidationError
-from ..jobs.queue import JobQueue, _pairs, _to_event, validate_job_id
+from ..jobs.options import validate_job_id
+from ..jobs.queue import JobQueue, _pairs, _to_event
 from ..keys import JobQueueKeys, validate_name
 from ..redis.client import RedisClient
 from ..redis.scripts import load

@@ -14,7 +14,7 @@ from starlette.responses import Response
 from ..admin import QueueAdmin, list_queues
 from ..codecs import BytesCodec
 from ..errors import ValidationError
-from ..jobs import DeadLetterReason, JobQueue
+from ..jobs import DeadLetterReason, FlowNodeResult, JobQueue
 from .charts import minute_chart
 from .web import config_of, dashboard_of, page, queue_param, render
 
@@ -195,20 +195,20 @@ async def batches(request: Request) -> Response:
     """Look up a batch or a flow by id (there is no listing of batches or flows to page)."""
     name = queue_param(request)
     queue = _queue(request, name)
-    kind = request.query_params.get("kind", "batch")
+    kind = request.query_params.get("kind", "flow")
     if kind not in ("batch", "flow"):
         raise ValidationError("kind must be batch or flow")
     lookup = request.query_params.get("id") or None
-    supported = {
-        "batch": callable(getattr(queue, "batch_status", None)),
-        "flow": callable(getattr(queue, "flow_results", None)),
-    }
-    found: Any = None
+    # batches arrive with issue 11 (JobQueue.batch_status); until then the page says so
+    batch_status = getattr(queue, "batch_status", None)
+    supported = {"batch": callable(batch_status), "flow": True}
+    batch: Any = None
+    flow: list[FlowTreeNode] = []
     if lookup is not None and supported[kind]:
-        if kind == "batch":
-            found = await queue.batch_status(lookup)  # type: ignore[attr-defined]
+        if kind == "batch" and batch_status is not None:
+            batch = _describe(await batch_status(lookup))
         else:
-            found = await queue.flow_results(lookup)  # type: ignore[attr-defined]
+            flow = flow_tree(request, await queue.flow_results(lookup))
     return render(
         request,
         "batches.html",
@@ -217,18 +217,39 @@ async def batches(request: Request) -> Response:
             "kind": kind,
             "lookup": lookup,
             "supported": supported,
-            "found": _describe(found),
+            "batch": batch,
+            "flow": flow,
             "searched": lookup is not None and supported[kind],
         },
     )
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class FlowTreeNode:
+    node: FlowNodeResult
+    result: PayloadView | None
+    children: list[FlowTreeNode]
+
+
+def flow_tree(request: Request, nodes: Sequence[FlowNodeResult]) -> list[FlowTreeNode]:
+    """The flow's nodes (breadth-first, at most 256) as a tree under its root(s)."""
+    built = {
+        n.id: FlowTreeNode(
+            n, _payload_view(request, n.result) if n.result is not None else None, []
+        )
+        for n in nodes
+    }
+    roots: list[FlowTreeNode] = []
+    for n in nodes:
+        parent = built.get(n.parent) if n.parent is not None else None
+        (parent.children if parent is not None else roots).append(built[n.id])
+    return roots
+
+
 def _describe(value: Any) -> Any:
-    """Dataclasses (and lists of them) as nested (field, value) rows for the status tree."""
+    """A dataclass as (field, value) rows."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return [(f.name, _describe(getattr(value, f.name))) for f in dataclasses.fields(value)]
-    if isinstance(value, list | tuple) and value and dataclasses.is_dataclass(value[0]):
-        return [(str(i), _describe(item)) for i, item in enumerate(value)]
+        return [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)]
     return value
 
 

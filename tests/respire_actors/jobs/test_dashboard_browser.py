@@ -25,7 +25,7 @@ from playwright.sync_api import expect
 from respire_actors.admin import QueueAdmin, register_queue
 from respire_actors.codecs import StrCodec
 from respire_actors.dashboard import DashboardConfig, TokenAuth
-from respire_actors.jobs import DeadLetter, Job, JobEnqueueOptions, JobQueue, Outcome
+from respire_actors.jobs import DeadLetter, FlowNode, Job, JobEnqueueOptions, JobQueue, Outcome
 from respire_actors.redis.client import RedisClient
 
 pytestmark = [
@@ -49,6 +49,8 @@ async def test_pages_live_counts_and_dead_letter_retry(
 
     async def handler(job: Job[str]) -> Outcome | None:
         runs.append((job.id, job.payload, job.attempt))
+        if job.flow_id is not None:
+            return job.complete(f"{job.id}: 42 rows".encode())
         if job.id == "poison" and sum(r[0] == "poison" for r in runs) == 1:
             return DeadLetter(detail="could not parse the address")
         if job.id.startswith("slow-"):
@@ -69,10 +71,15 @@ async def test_pages_live_counts_and_dead_letter_retry(
         browser(tmp_path) as b,
     ):
         await queue.enqueue("poison", '{"to": "nobody@"}')
+        report = FlowNode(
+            "combine", "build", [FlowNode("region-a", "fetch"), FlowNode("region-b", "fetch")]
+        )
+        await queue.enqueue_flow("report-1", report)
         for i in range(3):
             await queue.enqueue(f"done-{i}", f"body-{i}")
         await wait_until_async(lambda: _dead_letters(admin, 1))
         await wait_until(lambda: sum(r[0].startswith("done-") for r in runs) == 3)
+        await wait_until(lambda: any(r[0] == "combine" for r in runs))
 
         def overview(page: Any) -> None:
             response = page.goto(url + "/")
@@ -144,9 +151,13 @@ async def test_pages_live_counts_and_dead_letter_retry(
             b.screenshot("groups")
             group.locator("button").click()
             page.wait_for_selector('tr[data-group="tenant-a"] td.paused')
-            page.goto(url + f"/batches?queue={name}")
-            assert page.locator("h1").inner_text().startswith("Batches and flows")
-            b.screenshot("batches")
+            page.goto(url + f"/batches?queue={name}&kind=flow&id=report-1")
+            tree = page.locator("#status-tree")
+            assert tree.locator("li").count() == 3
+            assert tree.locator('li[data-node="combine"] li[data-node="region-a"]').count() == 1
+            assert tree.locator(".status.completed").count() == 3
+            assert "42 rows" not in tree.inner_text()  # results are hidden like payloads
+            b.screenshot("flows")
             page.goto(url + f"/queue?queue={name}")
             page.locator("button.pause").click()
             page.wait_for_selector("button.resume")

@@ -14,8 +14,8 @@ import anyio
 import pytest
 from dashboard_helpers import csrf_of, http, worker_running
 from jobs_helpers import wait_until, wait_until_async
-from respire_actors.admin import QueueAdmin, register_queue
 
+from respire_actors.admin import QueueAdmin, register_queue
 from respire_actors.codecs import StrCodec
 from respire_actors.dashboard import BasicAuth, DashboardConfig, TokenAuth
 from respire_actors.dashboard.formatting import counts
@@ -78,7 +78,12 @@ async def test_pages_show_the_queue_state(prefixed: RedisClient, unique_name: st
         groups = await h.get("/groups", params={"queue": name})
         assert groups.status_code == 200 and "Not used" in groups.text
         batches = await h.get("/batches", params={"queue": name})
-        assert batches.status_code == 200
+        assert batches.status_code == 200 and "look one up by its id" in batches.text
+        unknown = await h.get("/batches", params={"queue": name, "kind": "flow", "id": "nope"})
+        assert "No flow nope" in unknown.text
+        batch = await h.get("/batches", params={"queue": name, "kind": "batch", "id": "b"})
+        assert batch.status_code == 200
+        assert (await h.get("/batches", params={"queue": name, "kind": "x"})).status_code == 400
         filtered = await h.get("/dead", params={"queue": name, "reason": "nack"})
         assert "dead-1" not in filtered.text and "No dead letters" in filtered.text
         assert (await h.get("/queue", params={"queue": "a{b}"})).status_code == 400
