@@ -56,19 +56,21 @@ async def fill(client, queue: JobQueue[bytes], jobs: int) -> None:
         for i in range(start, start + 1000):
             opts = grouped if i % 10 == 0 else later
             await queue.enqueue_scheduled(f"later-{i}", b"{}", opts)
-    commands = [
-        (
-            "XADD", keys.dead, "*",
-            "_respire.job.id", f"dead-{i}",
-            "_respire.job.payload", b"{}",
-            "_respire.reason", "processing-failed" if i % 2 else "delivery-limit",
-            "_respire.attempt", "3",
-            "_respire.detail", "boom",
-            "_respire.source_id", "1-1",
-            "_respire.consumer", "bench-consumer",
-        )  # fmt: skip
-        for i in range(DEAD_LETTERS)
-    ]
+
+    def dead_letter(i: int) -> tuple[str | bytes, ...]:
+        reason = "processing-failed" if i % 2 else "delivery-limit"
+        fields = {
+            "_respire.job.id": f"dead-{i}",
+            "_respire.job.payload": b"{}",
+            "_respire.reason": reason,
+            "_respire.attempt": "3",
+            "_respire.detail": "boom",
+            "_respire.source_id": "1-1",
+            "_respire.consumer": "bench-consumer",
+        }
+        return ("XADD", keys.dead, "*", *(x for pair in fields.items() for x in pair))
+
+    commands = [dead_letter(i) for i in range(DEAD_LETTERS)]
     for start in range(0, len(commands), 1000):
         await client.pipeline(commands[start : start + 1000])
     print(f"pending {pending}, scheduled {SCHEDULED}, dead letters {DEAD_LETTERS}")
