@@ -51,6 +51,8 @@ async def test_pages_live_counts_and_dead_letter_retry(
         runs.append((job.id, job.payload, job.attempt))
         if job.flow_id is not None:
             return job.complete(f"{job.id}: 42 rows".encode())
+        if job.id.startswith("hopeless-"):
+            return DeadLetter(detail="always fails")
         if job.id == "poison" and sum(r[0] == "poison" for r in runs) == 1:
             return DeadLetter(detail="could not parse the address")
         if job.id.startswith("slow-"):
@@ -88,9 +90,20 @@ async def test_pages_live_counts_and_dead_letter_retry(
             assert row.count() == 1
             assert row.locator('[data-field="dead"]').inner_text() == "1"
             assert row.locator("svg.chart rect.completed").count() >= 1  # metrics chart
+            page.wait_for_selector('html[data-live-connected="yes"]')
             b.screenshot("overview")
 
         await b.run(overview, b.page)
+        await queue.pause()
+
+        def overview_follows_pause(page: Any) -> None:
+            # the overview's cells follow the queue without a reload
+            expect(page.locator(f'tr[data-queue="{name}"] [data-field="paused"]')).to_have_text(
+                "paused"
+            )
+
+        await b.run(overview_follows_pause, b.page)
+        await queue.resume()
 
         def open_queue(page: Any) -> None:
             page.goto(url + f"/queue?queue={name}")
@@ -143,6 +156,28 @@ async def test_pages_live_counts_and_dead_letter_retry(
         second = [r for r in runs if r[0] == "poison"][1]
         assert second[1] == '{"to": "nobody@"}'  # the original payload, as a new delivery
         await wait_until_async(lambda: _dead_letters(admin, 0))
+        for i in range(3):
+            await queue.enqueue(f"hopeless-{i}", "h")
+        await wait_until_async(lambda: _dead_letters(admin, 3))
+
+        def select_and_act(page: Any) -> None:
+            page.goto(url + f"/dead?queue={name}")
+            rows = page.locator("#dead tbody tr")
+            assert rows.count() == 3
+            rows.nth(0).locator("input[type=checkbox]").check()
+            rows.nth(1).locator("input[type=checkbox]").check()
+            page.click("#delete-selected")
+            assert page.locator(".notice").inner_text() == "deleted 2 of 2"
+            rows = page.locator("#dead tbody tr")
+            assert rows.count() == 1
+            rows.nth(0).locator("input[type=checkbox]").check()
+            page.click("#retry-selected")
+            assert page.locator(".notice").inner_text() == "retried 1 of 1"
+
+        await b.run(select_and_act, b.page)
+        # the retried one fails again (a new dead letter): retried, not just deleted
+        await wait_until(lambda: sum(r[0].startswith("hopeless-") for r in runs) == 4)
+        await wait_until_async(lambda: _dead_letters(admin, 1))
 
         def groups_and_pause(page: Any) -> None:
             page.goto(url + f"/groups?queue={name}")
@@ -212,6 +247,13 @@ async def test_token_auth_csrf_and_read_only(
             return statuses
 
         statuses = await b.run(forged_posts, b.page)
+
+        def blank_is_detected(page: Any) -> None:
+            page.set_content("<html><body style='background:#fff'></body></html>")
+            with pytest.raises(AssertionError, match="blank"):
+                b.screenshot("blank")
+
+        await b.run(blank_is_detected, b.page)
         # no token: 403; cross-site: the SameSite cookies stay home, so not even logged in
         assert statuses[:2] == [403, 403] and statuses[2] in (401, 403)
         assert not (await queue.get_state()).paused

@@ -8,11 +8,13 @@ from __future__ import annotations
 import base64
 import logging
 import re
+from collections.abc import Callable
 from datetime import timedelta
 
 import anyio
 import pytest
 from dashboard_helpers import csrf_of, http, worker_running
+from helpers.servers import ValkeyProcess
 from jobs_helpers import wait_until, wait_until_async
 
 from respire_actors.admin import QueueAdmin, register_queue
@@ -21,7 +23,7 @@ from respire_actors.dashboard import BasicAuth, DashboardConfig, TokenAuth
 from respire_actors.dashboard.formatting import counts
 from respire_actors.dashboard.security import CSRF_COOKIE, csrf_token
 from respire_actors.jobs import DeadLetter, Job, JobEnqueueOptions, JobQueue, Outcome
-from respire_actors.redis.client import RedisClient
+from respire_actors.redis.client import RedisClient, connect
 
 pytestmark = pytest.mark.anyio
 
@@ -246,3 +248,16 @@ async def test_queue_allow_list(client: RedisClient, unique_name: str) -> None:
         token = csrf_of((await h.get("/queue", params={"queue": unique_name})).text)
         refused = await h.post("/queue/pause", data={"queue": unique_name + "-x", "csrf": token})
         assert refused.status_code == 400
+
+
+async def test_a_lost_server_gives_an_error_page(
+    spawn_valkey: Callable[..., ValkeyProcess], unique_name: str
+) -> None:
+    server = spawn_valkey()
+    async with connect(server.url) as client, http(client, DashboardConfig()) as h:
+        assert (await h.get("/queue", params={"queue": unique_name})).status_code == 200
+        server.stop()
+        for path in ("/", f"/queue?queue={unique_name}", f"/dead?queue={unique_name}"):
+            response = await h.get(path)
+            assert response.status_code == 502, path
+            assert "Redis error" in response.text and "RedisUnavailable" in response.text
