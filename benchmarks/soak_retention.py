@@ -23,8 +23,7 @@ from datetime import timedelta
 import anyio
 from _common import cleanup, print_table, run_benchmark
 
-from respire_actors import JobQueue, StrCodec, Worker, WorkerOptions, connect
-from respire_actors.actors.options import Retention
+from respire_actors import JobQueue, Retention, StrCodec, Worker, WorkerOptions, connect
 
 
 async def used_memory(client) -> int:

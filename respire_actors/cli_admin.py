@@ -62,9 +62,8 @@ def to_jsonable(value: Any) -> Any:
     they decode, else ``{"base64": ...}``)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out = {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        for name in ("safe",):
-            if hasattr(value, name) and name not in out:
-                out[name] = getattr(value, name)
+        if isinstance(value, TrimPlan):
+            out["safe"] = value.safe
         return out
     if isinstance(value, dict):
         return {str(k): to_jsonable(v) for k, v in value.items()}
@@ -249,7 +248,7 @@ async def _retry(client: RedisClient, args: argparse.Namespace) -> int:
 async def _pause(client: RedisClient, args: argparse.Namespace) -> int:
     admin = _admin(client, args)
     await _known(client, admin)
-    changed = await (admin.queue.pause() if args.command == "pause" else admin.queue.resume())
+    changed = await (admin.pause() if args.command == "pause" else admin.resume())
     state = "paused" if args.command == "pause" else "resumed"
     print(f"{admin.name} {state}" + ("" if changed else " (it already was)"))
     return EXIT_OK
@@ -264,7 +263,7 @@ async def _rate_command(client: RedisClient, args: argparse.Namespace) -> int:
     if args.clear or args.limit is not None:
         await _known(client, admin)
         policy = None if args.clear else RateLimit(args.limit, timedelta(seconds=args.window))
-        await admin.queue.set_rate_limit(policy)
+        await admin.set_rate_limit(policy)
     state = await admin.queue.get_state()
     if args.json:
         _print_json({"queue": admin.name, **to_jsonable(state)})

@@ -16,7 +16,7 @@ from typing import Any
 from ..actors.options import CONSUMER_GROUP, is_entry_id
 from ..codecs import StrCodec
 from ..errors import RespireError, ServerError, ValidationError
-from ..jobs.options import validate_job_id
+from ..jobs.options import RateLimit, validate_job_id
 from ..jobs.queue import JobQueue, _pairs, _to_event
 from ..keys import JobQueueKeys, validate_name
 from ..redis.client import RedisClient
@@ -153,15 +153,14 @@ class QueueAdmin:
 
     # -- reads ----------------------------------------------------------------------------
     async def summary(self) -> QueueSummary:
-        """Counts and controls of the queue (two round trips: one pipeline of counts, then
-        :meth:`JobQueue.get_state`)."""
+        """Counts and controls of the queue (a pipeline of counts, :meth:`JobQueue.get_state`
+        and, when something is pending, the server's clock)."""
         k = self.keys
         replies = await self.client.pipeline(
             [
                 ("XLEN", k.ready),
                 ("XINFO", "GROUPS", k.ready),
                 ("XPENDING", k.ready, CONSUMER_GROUP, "-", "+", 1),
-                ("TIME",),
                 ("ZCARD", k.due),
                 ("ZCARD", k.group_jobs),
                 ("XLEN", self.dead_key),
@@ -174,7 +173,7 @@ class QueueAdmin:
                 isinstance(reply, ServerError) and reply.code in ("ERR", "NOGROUP")
             ):
                 raise reply  # XINFO on a missing stream says ERR, XPENDING without group NOGROUP
-        length, groups, oldest, now, due, grouped, dead, metrics, in_use = replies
+        length, groups, oldest, due, grouped, dead, metrics, in_use = replies
         pending = consumers = 0
         lag: int | None = None
         if not isinstance(groups, RespireError):
@@ -186,7 +185,7 @@ class QueueAdmin:
                     lag = int(row["lag"]) if row.get("lag") is not None else None
         age: int | None = None
         if pending and not isinstance(oldest, RespireError) and oldest:
-            now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
+            now_ms = await self.client.time_ms()  # TIME has no key: not in a cluster pipeline
             age = max(0, now_ms - int(_s(oldest[0][0]).partition("-")[0]))
         state = await self._queue.get_state()
         return QueueSummary(
@@ -374,6 +373,25 @@ class QueueAdmin:
             if reply:
                 out[i] = _fields(reply[0][1])
         return out
+
+    # -- controls (JobQueue's, logged) -------------------------------------------------------
+    async def pause(self) -> bool:
+        """:meth:`JobQueue.pause`, logged. Returns True when this call paused the queue."""
+        changed = await self._queue.pause()
+        log.info("%s: paused%s", self.name, "" if changed else " (it already was)")
+        return changed
+
+    async def resume(self) -> bool:
+        """:meth:`JobQueue.resume`, logged. Returns True when this call resumed the queue."""
+        changed = await self._queue.resume()
+        log.info("%s: resumed%s", self.name, "" if changed else " (it was not paused)")
+        return changed
+
+    async def set_rate_limit(self, policy: RateLimit | None) -> bool:
+        """:meth:`JobQueue.set_rate_limit`, logged (None removes the limit)."""
+        changed = await self._queue.set_rate_limit(policy)
+        log.info("%s: rate limit set to %s", self.name, policy)
+        return changed
 
     # -- dead letters ---------------------------------------------------------------------
     async def retry_dead_letters(self, dead_ids: Sequence[str]) -> int:

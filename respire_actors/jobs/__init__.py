@@ -29,7 +29,14 @@ from .model import (
     QueueState,
     RetryAfter,
 )
-from .options import JobEnqueueOptions, LogPolicy, QueueOptions, RateLimit, WorkerOptions
+from .options import (
+    JobEnqueueOptions,
+    LogPolicy,
+    QueueOptions,
+    RateLimit,
+    Retention,
+    WorkerOptions,
+)
 from .queue import JobQueue
 from .recurring import (
     CATCH_UP,
@@ -79,6 +86,7 @@ __all__ = [
     "QueueState",
     "RateLimit",
     "Registration",
+    "Retention",
     "RetryAfter",
     "Complete",
     "MinuteMetrics",

@@ -20,7 +20,7 @@ from respire_actors.jobs.options import CONSUMER_GROUP
 from respire_actors.jobs.queue import _pairs, _stream_entries, _to_event
 from respire_actors.jobs.source import JobSource
 from respire_actors.keys import JobQueueKeys
-from respire_actors.redis.client import RedisClient
+from respire_actors.redis.client import RedisClient, connect
 from supervisors import Mailbox
 
 FAST = timedelta(milliseconds=300)
@@ -164,3 +164,16 @@ def forbid_commands(client: RedisClient) -> Iterator[None]:
         yield
     finally:
         del client.execute, client.pipeline  # the class's methods show through again
+
+
+@asynccontextmanager
+async def restricted_client(
+    server_url: str, client: RedisClient, user: str, *rules: str
+) -> AsyncIterator[RedisClient]:
+    """A client logged in as a temporary ACL user with ``rules`` (deleted afterwards)."""
+    await client.execute("ACL", "SETUSER", user, "reset", "on", ">pw", "~*", "&*", "+@all", *rules)
+    try:
+        async with connect(server_url, username=user, password="pw") as restricted:
+            yield restricted
+    finally:
+        await client.execute("ACL", "DELUSER", user)

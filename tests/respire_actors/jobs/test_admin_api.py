@@ -13,13 +13,14 @@ from jobs_helpers import (
     deliver,
     fast_options,
     fields_of,
+    restricted_client,
     running_worker,
     wait_until_async,
 )
 
 from respire_actors.admin import QueueAdmin, list_queues, register_queue, unregister_queue
 from respire_actors.codecs import StrCodec
-from respire_actors.errors import ValidationError
+from respire_actors.errors import PermissionDenied, ValidationError
 from respire_actors.jobs import (
     DeadLetter,
     Job,
@@ -241,6 +242,21 @@ async def test_malformed_and_missing_dead_letters_are_skipped(
     assert await client.execute("XLEN", queue.keys.ready) == 0
     assert await admin.delete_dead_letters([bad, "1-1"]) == 1
     assert await client.execute("XLEN", admin.dead_key) == 0
+
+
+@pytest.mark.parametrize("denied", ["-xdel", "-xadd"])
+async def test_retry_checks_permissions_before_writing(
+    server_url: str, client: RedisClient, queue: JobQueue[str], unique_name: str, denied: str
+) -> None:
+    admin = QueueAdmin(client, queue.name)
+    dead_id = await client.execute(
+        "XADD", admin.dead_key, "*", "_respire.job.id", "a", "_respire.job.payload", "p"
+    )
+    async with restricted_client(server_url, client, unique_name, denied) as restricted:
+        with pytest.raises(PermissionDenied):
+            await QueueAdmin(restricted, queue.name).retry_dead_letters([dead_id.decode()])
+    assert await client.execute("XLEN", admin.dead_key) == 1
+    assert await client.execute("XLEN", queue.keys.ready) == 0
 
 
 async def test_retry_all_by_reason_in_pages(client: RedisClient, queue: JobQueue[str]) -> None:

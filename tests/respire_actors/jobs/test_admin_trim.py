@@ -4,21 +4,19 @@ never removes a pending or undelivered entry (property test over random group po
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import timedelta
 
 import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from jobs_helpers import create_group, deliver, text
+from jobs_helpers import create_group, deliver, restricted_client, text
 
 from respire_actors.admin import QueueAdmin
 from respire_actors.errors import PermissionDenied
 from respire_actors.jobs import JobQueue
 from respire_actors.jobs.options import CONSUMER_GROUP
-from respire_actors.redis.client import RedisClient, connect
+from respire_actors.redis.client import RedisClient
 from respire_actors.retention import apply_trim, entry_id_key
 
 pytestmark = pytest.mark.anyio
@@ -135,18 +133,6 @@ async def test_missing_stream_plans_nothing(client: RedisClient, queue: JobQueue
     plan = await admin.trim_plan("ready", max_length=0)
     assert (plan.length, plan.cutoff, plan.count) == (0, None, 0)
     assert (await admin.trim(plan)).removed == 0
-
-
-@asynccontextmanager
-async def restricted_client(
-    server_url: str, client: RedisClient, user: str, *rules: str
-) -> AsyncIterator[RedisClient]:
-    await client.execute("ACL", "SETUSER", user, "reset", "on", ">pw", "~*", "&*", "+@all", *rules)
-    try:
-        async with connect(server_url, username=user, password="pw") as restricted:
-            yield restricted
-    finally:
-        await client.execute("ACL", "DELUSER", user)
 
 
 async def test_trim_checks_permissions_first(

@@ -11,7 +11,7 @@ import anyio
 import pytest
 from jobs_helpers import fast_options, running_worker, wait_until_async
 
-from respire_actors.actors.options import DEFAULT_RETENTION, Retention
+from respire_actors.actors.options import DEFAULT_RETENTION
 from respire_actors.admin import list_queues
 from respire_actors.codecs import StrCodec
 from respire_actors.errors import ValidationError
@@ -21,6 +21,7 @@ from respire_actors.jobs import (
     JobEnqueueOptions,
     JobQueue,
     QueueOptions,
+    Retention,
     Worker,
     WorkerOptions,
 )
