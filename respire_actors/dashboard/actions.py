@@ -15,6 +15,7 @@ from ..errors import ValidationError
 from ..jobs import JobQueue
 from . import security
 from .config import TokenAuth
+from .pages import known_summary
 from .web import (
     cookie_path,
     dashboard_of,
@@ -54,6 +55,7 @@ def _queue(request: Request, name: str) -> JobQueue[bytes]:
 async def pause_queue(request: Request) -> Response:
     form = await request.form()
     name = _form_queue(request, form)
+    await known_summary(request, name)
     changed = await _queue(request, name).pause()
     log_mutation(request, "pause", name, changed=changed)
     return redirect(request, "/queue", queue=name)
@@ -63,6 +65,7 @@ async def pause_queue(request: Request) -> Response:
 async def resume_queue(request: Request) -> Response:
     form = await request.form()
     name = _form_queue(request, form)
+    await known_summary(request, name)
     changed = await _queue(request, name).resume()
     log_mutation(request, "resume", name, changed=changed)
     return redirect(request, "/queue", queue=name)
@@ -94,6 +97,7 @@ async def _group_action(request: Request, paused: bool) -> Response:
     group = form.get("group")
     if not isinstance(group, str):
         raise ValidationError("the group field is missing")
+    await known_summary(request, name)
     queue = _queue(request, name)
     changed = await (queue.pause_group(group) if paused else queue.resume_group(group))
     log_mutation(request, "pause group" if paused else "resume group", name, group=group,

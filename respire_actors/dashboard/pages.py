@@ -11,12 +11,12 @@ import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..admin import QueueAdmin, list_queues
+from ..admin import QueueAdmin, QueueSummary, list_queues
 from ..codecs import BytesCodec
 from ..errors import ValidationError
 from ..jobs import DeadLetterReason, FlowNodeResult, JobQueue
 from .charts import minute_chart
-from .web import config_of, dashboard_of, page, queue_param, render
+from .web import NotFound, config_of, dashboard_of, page, queue_param, render
 
 PAYLOAD_SHOWN = 4096  # bytes of a payload shown on a page (the page says when there are more)
 
@@ -59,6 +59,19 @@ async def summaries(request: Request, names: Sequence[str]) -> dict[str, Any]:
     return found
 
 
+async def known_summary(request: Request, name: str) -> QueueSummary:
+    """The queue's summary; raises :class:`~.web.NotFound` for a queue that is neither shown by
+    configuration nor registered and holds nothing, so a typo in a link cannot create state
+    (the rule of the operator commands)."""
+    summary = await _admin(request, name).summary()
+    if config_of(request).queues is not None:
+        return summary  # queue_param already checked the allow-list
+    empty = not (summary.ready or summary.dead_letters or summary.scheduled or summary.paused)
+    if empty and name not in await list_queues(dashboard_of(request).client):
+        raise NotFound(f"no job queue named {name!r}: it is not registered and holds nothing")
+    return summary
+
+
 @page
 async def overview(request: Request) -> Response:
     after = request.query_params.get("after")
@@ -94,7 +107,7 @@ async def queue_detail(request: Request) -> Response:
     pending_start = request.query_params.get("pending", "-")
     scheduled_cursor = request.query_params.get("scheduled") or None
     count = _count(request)
-    summary = await admin.summary()
+    summary = await known_summary(request, name)
     pending = await admin.pending(start=pending_start, count=count)
     scheduled = await admin.scheduled(cursor=scheduled_cursor, count=count)
     chart = None
@@ -175,8 +188,8 @@ async def dead_letters(request: Request) -> Response:
 async def groups(request: Request) -> Response:
     name = queue_param(request)
     cursor = request.query_params.get("cursor") or None
+    summary = await known_summary(request, name)
     result = await _queue(request, name).list_groups(cursor, _count(request))
-    summary = await _admin(request, name).summary()
     return render(
         request,
         "groups.html",
@@ -272,6 +285,7 @@ def _payload_view(request: Request, payload: Any) -> PayloadView | None:
 
 
 __all__ = [
+    "known_summary",
     "batches",
     "dead_letters",
     "groups",

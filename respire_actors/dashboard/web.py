@@ -39,6 +39,10 @@ _TEMPLATES.globals.update(
 )
 
 
+class NotFound(ValidationError):
+    """What the request names does not exist (shown as 404)."""
+
+
 class Hosting(Protocol):
     """What a request sees of the :class:`~.app.Dashboard` serving it."""
 
@@ -167,6 +171,8 @@ def page(endpoint: Endpoint) -> Endpoint:
         request.scope["respire.identity"] = who
         try:
             return await endpoint(request)
+        except NotFound as exc:
+            return error_page(request, 404, "Not found", str(exc))
         except ValidationError as exc:
             return error_page(request, 400, "Bad request", str(exc))
         except RespireError as exc:
@@ -211,6 +217,8 @@ def mutation(endpoint: Endpoint) -> Endpoint:
             )  # fmt: skip
         try:
             return await endpoint(request)
+        except NotFound as exc:
+            return error_page(request, 404, "Not found", str(exc))
         except ValidationError as exc:
             return error_page(request, 400, "Bad request", str(exc))
         except RespireError as exc:
@@ -253,6 +261,7 @@ def config_of(request: Request) -> DashboardConfig:
 
 
 __all__ = [
+    "NotFound",
     "config_of",
     "dashboard_of",
     "error_page",

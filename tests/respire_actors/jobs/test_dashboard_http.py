@@ -23,6 +23,7 @@ from respire_actors.dashboard import BasicAuth, DashboardConfig, TokenAuth
 from respire_actors.dashboard.formatting import counts
 from respire_actors.dashboard.security import CSRF_COOKIE, csrf_token
 from respire_actors.jobs import DeadLetter, Job, JobEnqueueOptions, JobQueue, Outcome
+from respire_actors.keys import JobQueueKeys
 from respire_actors.redis.client import RedisClient, connect
 
 pytestmark = pytest.mark.anyio
@@ -142,8 +143,10 @@ async def test_basic_auth(client: RedisClient, unique_name: str) -> None:
 
 
 async def test_mutations_need_the_csrf_token_and_the_own_origin(
-    client: RedisClient, unique_name: str, caplog: pytest.LogCaptureFixture
+    prefixed: RedisClient, unique_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    client = prefixed
+    await register_queue(client, unique_name)
     queue = JobQueue(client, unique_name, StrCodec())
     caplog.set_level(logging.INFO, logger="respire_actors.dashboard")
     async with http(client, DashboardConfig()) as h:
@@ -255,9 +258,30 @@ async def test_a_lost_server_gives_an_error_page(
 ) -> None:
     server = spawn_valkey()
     async with connect(server.url) as client, http(client, DashboardConfig()) as h:
-        assert (await h.get("/queue", params={"queue": unique_name})).status_code == 200
+        assert (await h.get("/dead", params={"queue": unique_name})).status_code == 200
         server.stop()
         for path in ("/", f"/queue?queue={unique_name}", f"/dead?queue={unique_name}"):
             response = await h.get(path)
             assert response.status_code == 502, path
             assert "Redis error" in response.text and "RedisUnavailable" in response.text
+
+
+async def test_a_queue_that_does_not_exist_is_not_created(
+    client: RedisClient, unique_name: str
+) -> None:
+    """A typo in a link: neither registered nor holding anything, so 404, and an action on it
+    changes nothing (the rule of the operator commands)."""
+    name = unique_name + "-typo"
+    async with http(client, DashboardConfig()) as h:
+        for path in ("/queue", "/groups"):
+            response = await h.get(path, params={"queue": name})
+            assert response.status_code == 404 and "no job queue named" in response.text
+        nonce = h.cookies[CSRF_COOKIE]
+    async with http(client, DashboardConfig(secret=b"k" * 32)) as h:
+        h.cookies.set(CSRF_COOKIE, nonce)
+        token = csrf_token(b"k" * 32, nonce)
+        for path, extra in (("/queue/pause", {}), ("/groups/pause", {"group": "g"})):
+            response = await h.post(path, data={"queue": name, "csrf": token, **extra})
+            assert response.status_code == 404, path
+    keys = JobQueueKeys(name, client.key_prefix)
+    assert await client.execute("EXISTS", keys.control, keys.group_policy, keys.events) == 0
