@@ -28,6 +28,11 @@
     │   ├── JobResultTimeout (also TimeoutError)  no outcome within ``queue.result``'s timeout
     │   ├── JobDeadLettered                 the job ended in the dead-letter stream
     │   └── JobResultUnavailable            the job completed but no value was retained
+    ├── BatchError                          a batch operation was refused (docs/batches.md)
+    │   ├── UnknownBatch                    no batch with that id (never created, or removed)
+    │   ├── BatchSealed                     a new member for a sealed (or cancelled) batch
+    │   ├── BatchActive                     removal of a batch that has not completed
+    │   └── BatchLimitExceeded (also ValidationError)  over 256 members or 256 KiB of data
     ├── ServerError                         the server refused a command
     │   ├── ServerLoading                   the server is still loading its data set (LOADING)
     │   ├── PermissionDenied                ACL refused a command (NOPERM or our preflight)
@@ -193,6 +198,38 @@ class InvalidSchedule(ValidationError):
     """A recurring schedule was refused before anything was sent: not exactly one of interval
     and cron, an interval that is not a positive whole number of milliseconds, a cron
     expression that is not five UTC fields, or one with no future occurrence."""
+
+
+class BatchError(RespireError):
+    """Base of the errors batch operations raise (see docs/batches.md). ``batch_id`` names the
+    batch. Nothing was written when one is raised."""
+
+    def __init__(self, message: str, batch_id: str) -> None:
+        super().__init__(message)
+        self.batch_id = batch_id
+
+
+class UnknownBatch(BatchError):
+    """No batch with this id exists: it was never created, or it was removed."""
+
+
+class BatchSealed(BatchError):
+    """A new member was added to a sealed (or cancelled) batch. Adding an existing member is
+    not an error: it returns False."""
+
+
+class BatchActive(BatchError):
+    """The batch cannot be removed: it has pending members, or it is not sealed yet."""
+
+
+class BatchLimitExceeded(BatchError, ValidationError):
+    """A batch would exceed a limit: ``limit`` is ``"members"`` (256 members) or ``"bytes"``
+    (256 KiB of member and callback ids and serialized payloads). Raised before anything is
+    sent when the call's own arguments exceed it, else by the script, which wrote nothing."""
+
+    def __init__(self, message: str, batch_id: str, limit: str) -> None:
+        super().__init__(message, batch_id)
+        self.limit = limit
 
 
 class FlowError(RespireError):

@@ -1,6 +1,7 @@
 """Typed job queues and their supervised workers."""
 
 from ..actors.runtime import WorkerStatistics
+from .batches import BatchStatus, Callback
 from .flows import (
     CONTINUE,
     FAIL_PARENT,
@@ -67,6 +68,8 @@ __all__ = [
     "SchedulePage",
     "NACK",
     "Ack",
+    "BatchStatus",
+    "Callback",
     "DeadLetter",
     "DeadLetterReason",
     "Delivery",

@@ -31,7 +31,8 @@ async def batch_gate(rt: QueueRuntime, delivery: Delivery) -> Completion | None:
     from .batches import cancellation_requested
 
     batch_id = raw.decode("utf-8", "surrogateescape")
-    if await cancellation_requested(rt.client, rt.job_keys, batch_id):
+    # with the job id: a dead-letter replay of a finished member runs as an independent job
+    if await cancellation_requested(rt.client, rt.job_keys, batch_id, delivery.job_id):
         return Completion(delivery, "cancelled")
     return None
 

@@ -23,8 +23,10 @@ from ..errors import (
 from ..keys import JobQueueKeys, validate_name
 from ..redis.client import BlockingConnection, Pending, RedisClient, Transaction
 from ..redis.scripts import Script, load, run_many
+from . import batches as _batches
 from . import flows as _flows
 from . import groups as _groups
+from .batches import BatchStatus, Callback
 from .flows import FAIL_PARENT, FlowFailurePolicy, FlowNode, FlowNodeResult
 from .groups import GroupInfo, GroupOptions, GroupPage
 from .metrics import MinuteMetrics, read_metrics
@@ -380,6 +382,83 @@ class JobQueue(Generic[T]):
         of their names after ``cursor``. Groups that only have a policy are not listed; use
         :meth:`get_group`."""
         return await _groups.list_groups(self.client, self.keys, cursor, count)
+
+    # -- batches (jobs/batches.py, docs/batches.md) ------------------------------------------
+    async def create_batch(
+        self,
+        *,
+        on_success: Callback[T] | None = None,
+        on_failure: Callback[T] | None = None,
+        on_complete: Callback[T] | None = None,
+        batch_id: str | None = None,
+    ) -> str:
+        """Create an open batch with its completion callbacks; returns its id.
+
+        ``batch_id`` is the id to use (a nonblank str of at most 1024 UTF-8 bytes), or None for
+        a generated one. Reusing an existing id changes nothing and returns it: the first
+        callbacks are kept, so an ambiguous call can be retried with the same id. Each callback
+        is a :class:`Callback` (job id and payload on this queue, encoded with its codec) or
+        None. Once the batch is sealed and no member is pending, ``on_success`` (every member
+        succeeded and cancellation was not requested) or ``on_failure`` is enqueued, then
+        ``on_complete``, each exactly once. Raises :class:`ValidationError` for a bad id or
+        callback and :class:`~respire_actors.errors.BatchLimitExceeded` when the callbacks'
+        ids and payloads exceed 256 KiB, before anything is sent. If cancelled or the reply is
+        lost, the batch may or may not exist: retry with the same id.
+        """
+        return await _batches.create_batch(
+            self.client, self.keys, self.codec, on_success, on_failure, on_complete, batch_id
+        )
+
+    async def add_to_batch(self, batch_id: str, job_id: str, payload: T) -> bool:
+        """Add a member and enqueue it at once, atomically. Returns False (and keeps the first
+        payload) when ``job_id`` is already a member, also after sealing.
+
+        Member ids are unique within a batch, independently of :meth:`enqueue`'s deduplication.
+        Members carry no delay, priority, TTL or group; the worker's retry policy applies.
+        Raises :class:`~respire_actors.errors.UnknownBatch`,
+        :class:`~respire_actors.errors.BatchSealed` (a new id for a sealed or cancelled batch)
+        or :class:`~respire_actors.errors.BatchLimitExceeded` (256 members, 256 KiB of ids and
+        payloads) without writing anything; :class:`ValidationError` for bad arguments before
+        anything is sent. If cancelled or the reply is lost, retry: a repeat returns False.
+        """
+        return await _batches.add_to_batch(
+            self.client, self.keys, self.codec, batch_id, job_id, payload, _trace_fields()
+        )
+
+    async def add_many_to_batch(self, batch_id: str, jobs: Iterable[tuple[str, T]]) -> list[bool]:
+        """:meth:`add_to_batch` for many ``(job_id, payload)`` pairs, pipelined. Every item is
+        validated, and the call's own members checked against the limits, before anything is
+        sent. Not atomic as a whole: when some adds fail, the first error is raised after the
+        others ran; repeating the call is safe (existing members return False)."""
+        return await _batches.add_many_to_batch(
+            self.client, self.keys, self.codec, batch_id, jobs, _trace_fields()
+        )
+
+    async def seal_batch(self, batch_id: str) -> bool:
+        """Close the batch to new members. Returns True when this call sealed it, False when it
+        already was sealed (idempotent). A sealed batch with nothing pending completes here:
+        its callbacks are published in the same atomic step (an empty batch succeeds). Raises
+        :class:`~respire_actors.errors.UnknownBatch`. Safe to retry after a lost reply."""
+        return await _batches.seal_batch(self.client, self.keys, batch_id, cancel=False)
+
+    async def cancel_batch(self, batch_id: str) -> bool:
+        """Seal the batch and request cancellation. Workers acknowledge members they have not
+        started as cancelled; running handlers are not interrupted, and every member completing
+        after the request counts as cancelled. The batch then completes with ``on_failure`` and
+        ``on_complete``. Returns True when this call requested it; False when it was already
+        requested or the batch has completed (a completed batch is left unchanged). Raises
+        :class:`~respire_actors.errors.UnknownBatch`. Safe to retry."""
+        return await _batches.seal_batch(self.client, self.keys, batch_id, cancel=True)
+
+    async def batch_status(self, batch_id: str) -> BatchStatus | None:
+        """A snapshot of the batch's counts and flags, or None for an unknown (or removed) id."""
+        return await _batches.batch_status(self.client, self.keys, batch_id)
+
+    async def remove_batch(self, batch_id: str) -> bool:
+        """Delete a completed batch's state, freeing its id. Returns False when there is no
+        such batch. Raises :class:`~respire_actors.errors.BatchActive` (nothing deleted) while
+        it is unsealed or has pending members. Entries, callbacks and events are kept."""
+        return await _batches.remove_batch(self.client, self.keys, batch_id)
 
     async def get_state(self) -> QueueState:
         """The queue's persistent controls: paused, cumulative rate-limit denials, policy."""

@@ -39,7 +39,8 @@ local function respire_coord_of(ready, body)
   local batch = respire_field(body, '_respire.batch')
   if batch then
     return {kind = 'batch', id = batch,
-            key = respire_coord_base(ready) .. ':batch:' .. redis.sha1hex(batch)}
+            key = respire_coord_base(ready) .. ':batch:' .. redis.sha1hex(batch),
+            job_id = respire_field(body, '_respire.job.id') or ''}
   end
   return nil
 end

@@ -22,6 +22,7 @@ from respire_actors.admin import QueueAdmin, list_queues, register_queue, unregi
 from respire_actors.codecs import StrCodec
 from respire_actors.errors import PermissionDenied, ValidationError
 from respire_actors.jobs import (
+    Callback,
     DeadLetter,
     Job,
     JobEnqueueOptions,
@@ -230,6 +231,34 @@ async def test_retry_copies_only_job_id_payload_and_trace(
     }
     detail = await admin.job(rows[0][0].decode())
     assert detail is not None and detail.trace_id == "a" * 32
+
+
+async def test_retrying_a_dead_batch_member_does_not_reopen_its_batch(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    admin = QueueAdmin(client, queue.name)
+    runs: list[tuple[str, str | None]] = []
+
+    async def handler(job: Job[str]) -> Any:
+        runs.append((job.id, job.batch_id))
+        return DeadLetter() if job.batch_id is not None else None
+
+    batch = await queue.create_batch(on_failure=Callback("cb", "failed"), batch_id="b1")
+    await queue.add_to_batch(batch, "m1", "x")
+    await queue.seal_batch(batch)
+    async with running_worker(client, queue.name, handler):
+        await wait_until_async(lambda: _ran(runs, "cb"))
+        before = await queue.batch_status(batch)
+        (letter,) = (await admin.dead_letters()).rows
+        assert await admin.retry_dead_letters([letter.dead_id]) == 1
+        await wait_until_async(lambda: _ran(runs, "m1", 2))
+        after = await queue.batch_status(batch)
+    assert runs == [("m1", "b1"), ("cb", None), ("m1", None)]
+    assert before == after and after.completed and after.failed == 1
+
+
+async def _ran(runs: list[tuple[str, str | None]], job_id: str, times: int = 1) -> bool:
+    return sum(1 for j, _ in runs if j == job_id) >= times
 
 
 async def test_malformed_and_missing_dead_letters_are_skipped(
