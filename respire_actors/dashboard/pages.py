@@ -212,14 +212,11 @@ async def batches(request: Request) -> Response:
     if kind not in ("batch", "flow"):
         raise ValidationError("kind must be batch or flow")
     lookup = request.query_params.get("id") or None
-    # batches arrive with issue 11 (JobQueue.batch_status); until then the page says so
-    batch_status = getattr(queue, "batch_status", None)
-    supported = {"batch": callable(batch_status), "flow": True}
     batch: Any = None
     flow: list[FlowTreeNode] = []
-    if lookup is not None and supported[kind]:
-        if kind == "batch" and batch_status is not None:
-            batch = _describe(await batch_status(lookup))
+    if lookup is not None:
+        if kind == "batch":
+            batch = _describe(await queue.batch_status(lookup))
         else:
             flow = flow_tree(request, await queue.flow_results(lookup))
     return render(
@@ -229,10 +226,9 @@ async def batches(request: Request) -> Response:
             "name": name,
             "kind": kind,
             "lookup": lookup,
-            "supported": supported,
             "batch": batch,
             "flow": flow,
-            "searched": lookup is not None and supported[kind],
+            "searched": lookup is not None,
         },
     )
 

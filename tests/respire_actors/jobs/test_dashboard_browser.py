@@ -77,6 +77,9 @@ async def test_pages_live_counts_and_dead_letter_retry(
             "combine", "build", [FlowNode("region-a", "fetch"), FlowNode("region-b", "fetch")]
         )
         await queue.enqueue_flow("report-1", report)
+        nightly = await queue.create_batch(batch_id="nightly")
+        await queue.add_to_batch(nightly, "nightly-1", "n")
+        await queue.seal_batch(nightly)
         for i in range(3):
             await queue.enqueue(f"done-{i}", f"body-{i}")
         await wait_until_async(lambda: _dead_letters(admin, 1))
@@ -193,6 +196,9 @@ async def test_pages_live_counts_and_dead_letter_retry(
             assert tree.locator(".status.completed").count() == 3
             assert "42 rows" not in tree.inner_text()  # results are hidden like payloads
             b.screenshot("flows")
+            page.goto(url + f"/batches?queue={name}&kind=batch&id=nightly")
+            assert "succeeded" in page.locator("#status-tree").inner_text()
+            b.screenshot("batches")
             page.goto(url + f"/queue?queue={name}")
             page.locator("button.pause").click()
             page.wait_for_selector("button.resume")

@@ -84,8 +84,15 @@ async def test_pages_show_the_queue_state(prefixed: RedisClient, unique_name: st
         assert batches.status_code == 200 and "look one up by its id" in batches.text
         unknown = await h.get("/batches", params={"queue": name, "kind": "flow", "id": "nope"})
         assert "No flow nope" in unknown.text
-        batch = await h.get("/batches", params={"queue": name, "kind": "batch", "id": "b"})
-        assert batch.status_code == 200
+        missing = await h.get("/batches", params={"queue": name, "kind": "batch", "id": "b"})
+        assert missing.status_code == 200 and "No batch b" in missing.text
+        batch_id = await queue.create_batch(batch_id="nightly")
+        await queue.add_to_batch(batch_id, "nightly-1", "n")
+        await queue.seal_batch(batch_id)
+        found = await h.get("/batches", params={"queue": name, "kind": "batch", "id": batch_id})
+        rows = dict(re.findall(r"<tr><th>(\w+)</th><td>([^<]*)</td></tr>", found.text))
+        assert rows["batch_id"] == "nightly" and rows["pending"] == "1"
+        assert rows["members"] == "1" and rows["sealed"] == "True"
         assert (await h.get("/batches", params={"queue": name, "kind": "x"})).status_code == 400
         filtered = await h.get("/dead", params={"queue": name, "reason": "nack"})
         assert "dead-1" not in filtered.text and "No dead letters" in filtered.text
