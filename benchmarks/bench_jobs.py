@@ -79,7 +79,11 @@ SERVER_USEC_PER_JOB: dict[int, float] = {}
 
 
 async def bench_process(
-    client, n: int, concurrency: int, keep_results: float | None = None
+    client,
+    n: int,
+    concurrency: int,
+    keep_results: float | None = None,
+    queue_options: QueueOptions | None = None,
 ) -> tuple[float, float]:
     q = JobQueue(client, f"bench-{uuid.uuid4().hex[:8]}", BytesCodec())
     await q.enqueue_many((f"j{i}", b"x") for i in range(n))
@@ -96,6 +100,7 @@ async def bench_process(
             read_batch=max(concurrency, 32),
             keep_results=keep_results,
         ),
+        queue_options=queue_options,
     )
     async with anyio.create_task_group() as tg:
         await tg.start(worker.run, client)

@@ -126,7 +126,18 @@ class ServerLoading(ServerError):
 
 
 class PermissionDenied(ServerError):
-    """An ACL rule refused a command the operation needs. Grant it (see the docs) and retry."""
+    """An ACL rule refused a command the operation needs. Grant it (see docs/security.md) and
+    retry. Raised for ``NOPERM`` replies, for a script's own preflight (``RESPIRE_NOPERM``:
+    nothing was written) and for a command refused inside a script.
+
+    ``command`` is the refused command in lower case (``"type"``, ``"xgroup|create"``) when the
+    server's text names it, else ``""`` (a refused key, or Redis 7.0's text for a command
+    refused inside a script, which names none).
+    """
+
+    def __init__(self, message: str, command: str = "") -> None:
+        super().__init__(message)
+        self.command = command
 
 
 class WrongKeyType(ServerError):

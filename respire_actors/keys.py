@@ -49,9 +49,43 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from .errors import ValidationError
+from .errors import ConfigurationError, ValidationError
 
 MAX_NAME_BYTES = 512
+MAX_PREFIX_BYTES = 512
+
+
+def validate_key_prefix(prefix: object) -> str:
+    """Check a client key prefix: a str that cannot break a queue's hash tag.
+
+    A prefix without braces is always fine. One with braces must carry a complete, non-empty
+    hash tag first (``"{tenant-7}:"``): Redis Cluster hashes the first ``{...}`` of a key, so an
+    empty ``{}`` would make every key hash as a whole (a queue's keys spread over many slots)
+    and an unclosed ``{`` would swallow the queue's own tag. Raises
+    :class:`ConfigurationError` naming the problem.
+    """
+    if not isinstance(prefix, str):
+        raise ConfigurationError(f"key_prefix must be a str, got {type(prefix).__name__}")
+    try:
+        size = len(prefix.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ConfigurationError(f"key_prefix {prefix!r} is not valid Unicode") from None
+    if size > MAX_PREFIX_BYTES:
+        raise ConfigurationError(f"key_prefix is {size} bytes; the limit is {MAX_PREFIX_BYTES}")
+    start = prefix.find("{")
+    if start >= 0:
+        end = prefix.find("}", start + 1)
+        if end < 0:
+            raise ConfigurationError(
+                f"key_prefix {prefix!r} opens a hash tag it never closes "
+                "(it would break every queue's hash tag)"
+            )
+        if end == start + 1:
+            raise ConfigurationError(
+                f"key_prefix {prefix!r} starts with an empty hash tag {{}}: Redis would hash "
+                "every key whole and split each queue over many cluster slots"
+            )
+    return prefix
 
 
 def validate_name(name: object, *, what: str = "queue name") -> str:
@@ -74,6 +108,25 @@ def validate_name(name: object, *, what: str = "queue name") -> str:
     if len(encoded) > MAX_NAME_BYTES:
         raise ValidationError(f"{what} is {len(encoded)} bytes; the limit is {MAX_NAME_BYTES}")
     return name
+
+
+def job_queue_key_pattern(queue: str | None = None, prefix: str = "") -> str:
+    """A glob matching every key of job queue ``queue`` (None: of every job queue) under
+    ``prefix``, for ACL key patterns and SCAN. Glob characters of the prefix and name are
+    escaped."""
+    validate_key_prefix(prefix)
+    name = "*" if queue is None else _glob_escape(validate_name(queue))
+    return f"{_glob_escape(prefix)}{{respire-job:{name}}}:*"
+
+
+def queue_registry_pattern(prefix: str = "") -> str:
+    """:func:`queue_registry` as an ACL key pattern (glob characters of the prefix escaped)."""
+    validate_key_prefix(prefix)
+    return f"{_glob_escape(prefix)}{{respire}}:queues"
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def digest(identity: str) -> str:
@@ -116,6 +169,7 @@ class JobQueueKeys:
 
     def __post_init__(self) -> None:
         validate_name(self.name)
+        validate_key_prefix(self.prefix)
 
     @property
     def base(self) -> str:
@@ -245,6 +299,7 @@ class ReliableQueueKeys:
 
     def __post_init__(self) -> None:
         validate_name(self.name)
+        validate_key_prefix(self.prefix)
 
     @property
     def base(self) -> str:

@@ -11,9 +11,11 @@ Fixtures (see ``tests/helpers`` for the plain functions behind them):
 * ``unique_name`` - a fresh ``t-<12 hex>`` name; build queue names / key prefixes from it.
 * ``client`` - an entered :class:`~respire_actors.redis.client.RedisClient` on ``server_url``;
   on teardown it deletes every key containing ``unique_name`` (SCAN + UNLINK) and removes the
-  queue names containing it from the queue registry.
+  queue names containing it from the queue registry (``delete_matching`` does both).
 * ``spawn_valkey`` - a factory for throwaway valkey-servers with extra arguments (stopped at
   teardown): for tests that pause, kill or reconfigure a server.
+* ``otel`` - the OpenTelemetry SDK providers (installed once per process: in-memory span
+  exporter, in-memory metric reader, a span processor that raises on demand), cleared per test.
 * ``cluster_nodes`` (session) - a 3-master Redis Cluster built from the valkey binary;
   ``cluster_url`` is its ``redis+cluster://`` URL; ``cluster_client`` an entered client on it
   (cleans up ``unique_name`` keys on every master at teardown).
@@ -28,7 +30,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
-from helpers.keyspace import delete_matching, forget_registered, new_name
+from helpers import otel as otel_helpers
+from helpers.keyspace import delete_matching, new_name
 from helpers.resp import RespError, SyncRedis
 from helpers.servers import Cluster, ValkeyProcess, start_cluster, start_valkey
 
@@ -127,7 +130,6 @@ async def client(server_url: str, unique_name: str) -> AsyncIterator[RedisClient
             yield redis
         finally:
             await delete_matching(redis, f"*{unique_name}*")
-            await forget_registered(redis, unique_name)
 
 
 @pytest.fixture
@@ -172,4 +174,9 @@ async def cluster_client(cluster_url: str, unique_name: str) -> AsyncIterator[Re
             yield redis
         finally:
             await delete_matching(redis, f"*{unique_name}*")
-            await forget_registered(redis, unique_name)
+
+
+@pytest.fixture
+def otel() -> Iterator[otel_helpers.Otel]:
+    """The process-wide SDK providers, with this test's spans only (see helpers/otel.py)."""
+    yield from otel_helpers.session()

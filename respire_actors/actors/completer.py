@@ -24,6 +24,7 @@ from ..errors import (
 from .intake import group_lost
 from .messages import MAX_DETAIL_BYTES, Completion, Delivery
 from .runtime import QueueRuntime, log
+from .telemetry import observe_commits
 
 MAX_BATCH = 256
 
@@ -101,6 +102,7 @@ async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
             rt.stats.group_releases += 1
         elif c.kind == "cancelled":
             rt.stats.cancelled += 1
+    observe_commits(rt, batch, statuses)
     return [max(0, s) for s in statuses]
 
 

@@ -11,6 +11,7 @@ import anyio
 from ..errors import ConsumerGroupMissing
 from .runtime import QueueRuntime, log
 from .source import ClaimResult
+from .telemetry import log_claimed, log_recovery_dead_letters
 
 
 def dispatch_page(rt: QueueRuntime, mode: str, result: ClaimResult, taken: int) -> None:
@@ -29,6 +30,8 @@ def dispatch_page(rt: QueueRuntime, mode: str, result: ClaimResult, taken: int) 
             error,
         )
     rt.admission.release(taken - len(result.deliveries))
+    log_claimed(rt, mode, result.deliveries)
+    log_recovery_dead_letters(rt, result.dead_lettered)
     now = anyio.current_time()
     for delivery in result.deliveries:
         if mode == "replay":

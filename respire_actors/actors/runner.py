@@ -38,6 +38,7 @@ from .messages import (
     check_outcome,
 )
 from .runtime import Lease, QueueRuntime, log
+from .telemetry import run_handler
 
 
 async def process(
@@ -112,7 +113,7 @@ async def process(
             lease = Lease(delivery, arg, scope, delivery.received_at or anyio.current_time())
             rt.leases.add(lease)
         try:
-            outcome = await rt.handler(arg)
+            outcome = await run_handler(rt, delivery, arg)
         except Exception:
             failed = True
             rt.stats.failed += 1

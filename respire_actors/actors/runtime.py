@@ -16,6 +16,7 @@ from ..codecs import Codec
 from ..errors import ValidationError
 from ..keys import JobQueueKeys
 from ..redis.client import RedisClient
+from ..tracing import ConsumerTelemetry
 from .admission import Admission
 from .messages import Completion, Delivery
 from .options import CONSUMER_GROUP, QueueOptions, WorkerOptions, duration_ms
@@ -93,6 +94,8 @@ class WorkerStatistics:
     leases_renewed: int = 0
     renewal_failures: int = 0
     leases_expired: int = 0
+    # committed dead letters by fixed reason (see actors/metrics.note_dead_letter)
+    dead_letter_reasons: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True, eq=False)
@@ -151,6 +154,8 @@ class QueueRuntime:
     # The deliveries whose handlers are running now (with renew_leases): the runner adds and
     # removes them, the lease renewer renews them and cancels the ones it finds lost.
     leases: set[Lease] = field(default_factory=set)
+    # How the registration names itself to tracing, metrics and logs (None: from the options).
+    telemetry: ConsumerTelemetry | None = None
     # Runs before a delivery's handler (job workers: a batch member's cancellation check). A
     # Completion it returns is committed instead of running the handler; None runs it.
     gate: Callable[[QueueRuntime, Delivery], Awaitable[Completion | None]] | None = None

@@ -27,6 +27,7 @@ from .reader import run_reader
 from .renewer import run_renewer
 from .runner import run_runner_pool
 from .runtime import QueueRuntime, WorkerStatistics, log
+from .sampler import run_sampler
 from .source import PreparingSource, remove_consumer
 from .sweeper import run_sweeper
 
@@ -68,8 +69,8 @@ def consumer_supervisor(
     recovery: bool = True,
     before_reader: Sequence[ChildSpec] = (),
 ) -> Supervisor:
-    """``membership, completer, [renewer], runners, [sweeper], *before_reader, reader`` under
-    one_for_one.
+    """``membership, sampler, completer, [renewer], runners, [sweeper], *before_reader,
+    reader`` under one_for_one.
 
     ``membership`` runs the start-up checks and, at a graceful stop, removes this consumer from
     the group when nothing is pending for it (see :func:`run_membership`). The ``renewer``
@@ -84,6 +85,7 @@ def consumer_supervisor(
     io = rt.client.settings.command_timeout + 1
     children = [
         ChildSpec("membership", run_membership, rt, shutdown=io),
+        ChildSpec("sampler", run_sampler, rt, shutdown=io),
         ChildSpec("completer", run_completer, rt, shutdown=grace + 2 * io),
     ]
     if rt.options.renew_leases:

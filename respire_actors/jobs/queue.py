@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import AsyncIterator, Iterable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 import anyio
+from opentelemetry.trace import Span
 
+from .. import tracing
 from ..clock import Clock
 from ..codecs import Codec, JsonValueCodec, check_codec, decode_with, encode_with
 from ..errors import (
@@ -47,6 +50,8 @@ _SCHEDULE = load("job_schedule")
 _SCHEDULE_GROUP = load("job_schedule_group")
 _PAUSE = load("job_pause")
 _RATE_POLICY = load("job_rate_policy")
+_SPAN = "job enqueue"
+_tlog = logging.getLogger("respire_actors.telemetry")
 
 
 def _pair(item: object, index: int) -> tuple[str, Any]:
@@ -72,6 +77,8 @@ class _Prepared:
     keys: tuple[str, ...]
     args: tuple[bytes | str | int, ...]
     script: Script | None = None
+    job_id: str = ""
+    span: Span | None = None
 
 
 class JobQueue(Generic[T]):
@@ -95,9 +102,14 @@ class JobQueue(Generic[T]):
 
     # -- enqueue ----------------------------------------------------------------------------
     def _prepare(
-        self, job_id: str, payload: T, dedup_window: timedelta | float | None
+        self,
+        job_id: str,
+        payload: T,
+        dedup_window: timedelta | float | None,
+        span: Span | None = None,
     ) -> _Prepared:
         validate_job_id(job_id)
+        tracing.set_attributes(span, {"respire.job.id": job_id})
         window = duration_ms(
             DEFAULT_DEDUP_WINDOW if dedup_window is None else dedup_window,
             what="deduplication window",
@@ -109,8 +121,13 @@ class JobQueue(Generic[T]):
             "_respire.job.payload",
             body,
         ]
-        fields += _trace_fields()
-        return _Prepared((self.keys.ready, self.keys.dedup(job_id)), (window, *fields))
+        fields += tracing.context_fields(span)
+        return _Prepared(
+            (self.keys.ready, self.keys.dedup(job_id)),
+            (window, *fields),
+            job_id=job_id,
+            span=span,
+        )
 
     async def enqueue(
         self, job_id: str, payload: T, *, dedup_window: timedelta | float | None = None
@@ -124,9 +141,10 @@ class JobQueue(Generic[T]):
         window or payload. If cancelled or the reply is lost, the job may or may not be queued:
         retry with the same id inside the window.
         """
-        prepared = self._prepare(job_id, payload, dedup_window)
-        reply = await _ENQUEUE(self.client, prepared.keys, prepared.args)
-        return _to_result(reply)
+        with tracing.producer_span(_SPAN, self.name) as span:
+            prepared = self._prepare(job_id, payload, dedup_window, span)
+            reply = await _ENQUEUE(self.client, prepared.keys, prepared.args)
+            return self._accepted(span, prepared, _to_result(reply))
 
     async def enqueue_many(
         self,
@@ -142,8 +160,12 @@ class JobQueue(Generic[T]):
         fails, the exception is raised after the others ran; retrying the whole call is safe
         (deduplication returns the existing entries).
         """
-        prepared = [self._prepare(*_pair(item, i), dedup_window) for i, item in enumerate(jobs)]
-        return await self._pipelined(_ENQUEUE, prepared)
+        with ExitStack() as stack:
+            prepared = []
+            for i, item in enumerate(jobs):
+                span = stack.enter_context(tracing.producer_span(_SPAN, self.name))
+                prepared.append(self._prepare(*_pair(item, i), dedup_window, span))
+            return await self._pipelined(_ENQUEUE, prepared)
 
     async def _pipelined(
         self, script: Script, prepared: Sequence[_Prepared]
@@ -155,11 +177,42 @@ class JobQueue(Generic[T]):
             replies = await run_many(
                 self.client, [(p.script or script, p.keys, p.args) for p in chunk]
             )
-            for reply in replies:
+            for p, reply in zip(chunk, replies, strict=True):
                 if isinstance(reply, BaseException):
                     raise reply
-                results.append(_to_result(reply))
+                results.append(self._accepted(p.span, p, _to_result(reply)))
         return results
+
+    def _accepted(
+        self, span: Span | None, prepared: _Prepared, result: EnqueueResult
+    ) -> EnqueueResult:
+        """Record an enqueue's reply on its producer span and in the DEBUG log."""
+        tracing.set_attributes(
+            span,
+            {
+                "messaging.message.id": result.entry_id,
+                "respire.job.deduplicated": not result.enqueued,
+            },
+        )
+        if _tlog.isEnabledFor(logging.DEBUG):
+            trace = _trace_of(prepared.args)
+            _tlog.debug(
+                "%s: %r %s as %s",
+                self.name,
+                prepared.job_id,
+                "accepted" if result.enqueued else "deduplicated",
+                result.entry_id,
+                extra={
+                    "event": "accepted",
+                    "queue": self.name,
+                    "job_id": prepared.job_id,
+                    "entry_id": result.entry_id,
+                    "attempt": 0,
+                    "trace_id": trace,
+                    "deduplicated": not result.enqueued,
+                },
+            )
+        return result
 
     def enqueue_in(
         self,
@@ -177,20 +230,22 @@ class JobQueue(Generic[T]):
         """
         if tx.client is not self.client:
             raise ValidationError("the transaction must be created from the queue's own client")
-        prepared = self._prepare(job_id, payload, dedup_window)
+        with tracing.producer_span(_SPAN, self.name) as span:
+            prepared = self._prepare(job_id, payload, dedup_window, span)
         return _ENQUEUE.queue_in(tx, prepared.keys, prepared.args, convert=_to_result)
 
     # -- scheduled enqueue ------------------------------------------------------------------
     def _prepare_scheduled(
-        self, job_id: str, payload: T, options: JobEnqueueOptions | None
+        self, job_id: str, payload: T, options: JobEnqueueOptions | None, span: Span | None = None
     ) -> _Prepared:
         validate_job_id(job_id)
+        tracing.set_attributes(span, {"respire.job.id": job_id})
         options = JobEnqueueOptions() if options is None else options
         if not isinstance(options, JobEnqueueOptions):
             raise ValidationError("options must be a JobEnqueueOptions")
         body = encode_with(self.codec, payload)
         fields: list[bytes | str | int] = ["_respire.job.id", job_id, "_respire.job.payload", body]
-        fields += _trace_fields()
+        fields += tracing.context_fields(span)
         timing = (options.dedup_window_ms, options.delay_ms, options.priority, options.ttl_ms)
         if options.group is not None:
             k = self.keys
@@ -205,11 +260,15 @@ class JobQueue(Generic[T]):
                 ),
                 (*timing, options.group, *fields),
                 _SCHEDULE_GROUP,
+                job_id,
+                span,
             )
         return _Prepared(
             (self.keys.scheduled, self.keys.due, self.keys.dedup(job_id)),
             (*timing, *fields),
             _SCHEDULE,
+            job_id,
+            span,
         )
 
     async def enqueue_scheduled(
@@ -229,10 +288,11 @@ class JobQueue(Generic[T]):
         a reader selects it in its group's turn (fair rotation, group limits; see
         docs/groups.md) and ``job.group`` gives the group to the handler.
         """
-        prepared = self._prepare_scheduled(job_id, payload, options)
-        assert prepared.script is not None
-        reply = await prepared.script(self.client, prepared.keys, prepared.args)
-        return _to_result(reply)
+        with tracing.producer_span(_SPAN, self.name) as span:
+            prepared = self._prepare_scheduled(job_id, payload, options, span)
+            assert prepared.script is not None
+            reply = await prepared.script(self.client, prepared.keys, prepared.args)
+            return self._accepted(span, prepared, _to_result(reply))
 
     async def enqueue_scheduled_many(
         self,
@@ -241,10 +301,12 @@ class JobQueue(Generic[T]):
     ) -> list[EnqueueResult]:
         """:meth:`enqueue_scheduled` for many jobs with the same options, pipelined; validated
         up front, not atomic as a whole, safe to retry (deduplication)."""
-        prepared = [
-            self._prepare_scheduled(*_pair(item, i), options) for i, item in enumerate(jobs)
-        ]
-        return await self._pipelined(_SCHEDULE, prepared)
+        with ExitStack() as stack:
+            prepared = []
+            for i, item in enumerate(jobs):
+                span = stack.enter_context(tracing.producer_span(_SPAN, self.name))
+                prepared.append(self._prepare_scheduled(*_pair(item, i), options, span))
+            return await self._pipelined(_SCHEDULE, prepared)
 
     def enqueue_scheduled_in(
         self,
@@ -257,7 +319,8 @@ class JobQueue(Generic[T]):
         :meth:`enqueue_in`); the delay and TTL clocks start when EXEC runs it."""
         if tx.client is not self.client:
             raise ValidationError("the transaction must be created from the queue's own client")
-        prepared = self._prepare_scheduled(job_id, payload, options)
+        with tracing.producer_span(_SPAN, self.name) as span:
+            prepared = self._prepare_scheduled(job_id, payload, options, span)
         assert prepared.script is not None
         return prepared.script.queue_in(tx, prepared.keys, prepared.args, convert=_to_result)
 
@@ -421,18 +484,27 @@ class JobQueue(Generic[T]):
         payloads) without writing anything; :class:`ValidationError` for bad arguments before
         anything is sent. If cancelled or the reply is lost, retry: a repeat returns False.
         """
-        return await _batches.add_to_batch(
-            self.client, self.keys, self.codec, batch_id, job_id, payload, _trace_fields()
-        )
+        with tracing.producer_span(_SPAN, self.name, {"respire.batch.id": batch_id}) as span:
+            return await _batches.add_to_batch(
+                self.client,
+                self.keys,
+                self.codec,
+                batch_id,
+                job_id,
+                payload,
+                tracing.context_fields(span),
+            )
 
     async def add_many_to_batch(self, batch_id: str, jobs: Iterable[tuple[str, T]]) -> list[bool]:
         """:meth:`add_to_batch` for many ``(job_id, payload)`` pairs, pipelined. Every item is
         validated, and the call's own members checked against the limits, before anything is
         sent. Not atomic as a whole: when some adds fail, the first error is raised after the
         others ran; repeating the call is safe (existing members return False)."""
-        return await _batches.add_many_to_batch(
-            self.client, self.keys, self.codec, batch_id, jobs, _trace_fields()
-        )
+        # one producer span for the call: its members share one envelope context
+        with tracing.producer_span(_SPAN, self.name, {"respire.batch.id": batch_id}) as span:
+            return await _batches.add_many_to_batch(
+                self.client, self.keys, self.codec, batch_id, jobs, tracing.context_fields(span)
+            )
 
     async def seal_batch(self, batch_id: str) -> bool:
         """Close the batch to new members. Returns True when this call sealed it, False when it
@@ -752,6 +824,11 @@ def _to_event(entry_id: str, flat: Sequence[Any]) -> JobEvent:
     )
 
 
-def _trace_fields() -> list[bytes | str | int]:
-    """W3C trace context of the caller (reserved fields; the tracing feature fills them)."""
-    return []
+def _trace_of(args: Sequence[bytes | str | int]) -> str:
+    """The trace id an enqueue persisted (from its field/value arguments), for the log."""
+    for i, value in enumerate(args[:-1]):
+        if value == tracing.JOB_TRACE_FIELDS[0]:
+            parent = args[i + 1]
+            raw = parent.encode() if isinstance(parent, str) else bytes(str(parent), "ascii")
+            return tracing.trace_id({tracing.JOB_TRACE_FIELDS[0].encode(): raw})
+    return ""

@@ -29,12 +29,15 @@ import logging
 import math
 import uuid
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from cronsim import CronSim, CronSimError
+from opentelemetry.trace import Span
 
+from .. import tracing
 from ..actors.ticker import DEFAULT_MAX_TICKS, MAX_TICKS_PER_PASS, TickPass
 from ..clock import (
     MAX_UNIX_MS,
@@ -438,35 +441,65 @@ class RecurringScheduler(Generic[T]):
         )
         calls: list[Any] = []
         planned: list[tuple[_Definition, int | None]] = []
+        tick_spans: list[Span | None] = []
         next_due: int | None = None
         problems: list[str] = []
-        for sid, blob, due in rows:
-            if blob is None or due is None:
-                continue  # removed in between, or no further occurrence
-            try:
-                definition = _parse(blob)
-            except (ValueError, UnicodeDecodeError):
-                problems.append(sid)
-                continue
-            if due > now:
-                next_due = due if next_due is None else min(next_due, due)
-                continue
-            tick = definition.tick_for(due, now)
-            following = definition.following(tick)
-            envelope = (
-                "_respire.job.id",
-                recurring_job_id(definition.revision, tick),
-                "_respire.job.payload",
-                definition.payload,
-                "_respire.job.schedule",
-                sid,
-                "_respire.job.tick",
-                tick,
-            )
-            args = (sid, definition.revision, due, tick, "-" if following is None else following)
-            calls.append((_TICK, (keys.ready, keys.recurring, keys.recurring_due), args + envelope))
-            planned.append((definition, following))
-        replies = await run_many(self.client, calls) if calls else []
+        with ExitStack() as spans:
+            for sid, blob, due in rows:
+                if blob is None or due is None:
+                    continue  # removed in between, or no further occurrence
+                try:
+                    definition = _parse(blob)
+                except (ValueError, UnicodeDecodeError):
+                    problems.append(sid)
+                    continue
+                if due > now:
+                    next_due = due if next_due is None else min(next_due, due)
+                    continue
+                tick = definition.tick_for(due, now)
+                following = definition.following(tick)
+                envelope: tuple[bytes | str | int, ...] = (
+                    "_respire.job.id",
+                    recurring_job_id(definition.revision, tick),
+                    "_respire.job.payload",
+                    definition.payload,
+                    "_respire.job.schedule",
+                    sid,
+                    "_respire.job.tick",
+                    tick,
+                )
+                args = (
+                    sid,
+                    definition.revision,
+                    due,
+                    tick,
+                    "-" if following is None else following,
+                )
+                # each tick is an enqueue: the same producer span and persisted context
+                span = spans.enter_context(
+                    tracing.producer_span(
+                        "job enqueue",
+                        self.queue,
+                        {
+                            "respire.job.id": recurring_job_id(definition.revision, tick),
+                            "respire.recurring.schedule": sid,
+                        },
+                    )
+                )
+                envelope += tuple(tracing.context_fields(span))
+                calls.append(
+                    (_TICK, (keys.ready, keys.recurring, keys.recurring_due), args + envelope)
+                )
+                planned.append((definition, following))
+                tick_spans.append(span)
+            replies = await run_many(self.client, calls) if calls else []
+            for span, reply in zip(tick_spans, replies, strict=True):
+                if isinstance(reply, BaseException):
+                    tracing.fail(span, reply)
+                elif _s(reply[0]) == "committed":
+                    tracing.set_attributes(span, {"messaging.message.id": _s(reply[1])})
+                else:
+                    tracing.set_attributes(span, {"respire.recurring.stale": True})
         enqueued = stale = backlog = 0
         failure: BaseException | None = None
         for reply, (_, following) in zip(replies, planned, strict=True):

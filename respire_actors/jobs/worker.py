@@ -5,6 +5,7 @@
     worker                               (root supervisor, one_for_one)
     └── queue:email                      (one supervisor per registration, one_for_one)
         ├── membership                   start-up checks; removes an idle consumer at stop
+        ├── sampler                      Redis-side metric gauges, read when a collection asks
         ├── completer                    commits outcomes in batches (stopped last, drains)
         ├── renewer                      renews running deliveries' leases (renew_leases)
         ├── runners                      consumer_count handler runners
@@ -49,6 +50,7 @@ from ..errors import ValidationError
 from ..keys import JobQueueKeys, validate_name
 from ..redis.client import RedisClient
 from ..retention import stream_key
+from ..tracing import ConsumerTelemetry
 from .job import batch_gate, bind_job
 from .recurring import RecurringOptions, RecurringScheduler
 from .source import JobSource
@@ -220,6 +222,7 @@ class Worker(ConsumerHost):
             ),
             queue_options=reg.queue_options,
             result_codec=reg.result_codec,
+            telemetry=ConsumerTelemetry(o.telemetry_name or reg.queue, reg.queue),
             gate=batch_gate,
         )
 

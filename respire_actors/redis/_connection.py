@@ -44,7 +44,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from ..errors import CommandTimeout, ConfigurationError, RedisUnavailable
+from ..errors import CommandTimeout, ConfigurationError, RedisUnavailable, UnsupportedServer
 from ._protocol import Arg, ProtocolError, PushNotification, ReplyError, encode, new_reader
 
 Address = tuple[str, int]
@@ -177,7 +177,16 @@ class Endpoint:
                             f"Redis at {where} refused the credentials: {text}. "
                             "Check the user and password in the URL"
                         )
+                    if text.startswith("ERR unknown command") and "HELLO" in text.upper():
+                        raise UnsupportedServer(
+                            f"{where} does not know HELLO (Redis older than 6); "
+                            "respire_actors needs Redis 7.0 or later (or any Valkey)"
+                        )
                     raise reply
+            if isinstance(replies[0], dict):
+                # What the server says it is (server, version, mode, role): server detection
+                # reads it instead of INFO / ROLE, which an ACL user need not be granted.
+                self.statistics.last_hello = replies[0]
         except BaseException:
             await conn.aclose()
             raise
@@ -193,6 +202,7 @@ class Statistics:
         "dedicated_idle",
         "dedicated_in_use",
         "dedicated_waiting",
+        "last_hello",
         "moved",
         "opened",
         "push_frames",
@@ -207,6 +217,8 @@ class Statistics:
         self.dedicated_in_use = 0
         self.dedicated_idle = 0
         self.dedicated_waiting = 0
+        # The HELLO reply of the newest connection (a map: server, version, mode, role...).
+        self.last_hello: dict[Any, Any] | None = None
 
 
 class Dedicated:
@@ -521,6 +533,14 @@ class Multiplexed:
                 raise
             self._link = link
             return link
+
+    async def ensure_connected(self) -> None:
+        """Connect (and handshake) now unless connected; sends no command of its own."""
+        link = self._link
+        if link is None or link.error is not None or link.idle_and_closed():
+            if link is not None and link.error is None:
+                link.fail(RedisUnavailable("the server closed the idle connection"))
+            await self._connect()
 
     async def request(self, payload: bytes, count: int, *, shielded: bool = False) -> list[Any]:
         """Send one encoded request expecting ``count`` replies; return the replies.

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import ssl
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -46,6 +47,7 @@ from ..errors import (
     ValidationError,
     WrongKeyType,
 )
+from ..keys import validate_key_prefix
 from ._cluster import ASKING, MAX_REDIRECTS, ClusterRouter
 from ._connection import (
     Address,
@@ -127,10 +129,7 @@ class ConnectionSettings:
                 raise ConfigurationError(f"{name} must be positive and finite (seconds)")
         if self.max_connections < 2:
             raise ConfigurationError("max_connections must be at least 2")
-        if "{" in self.key_prefix and "}" not in self.key_prefix.split("{", 1)[1]:
-            raise ConfigurationError(
-                f"key_prefix {self.key_prefix!r} opens a hash tag it never closes"
-            )
+        validate_key_prefix(self.key_prefix)
 
     @classmethod
     def from_url(cls, url: str, **overrides: Any) -> ConnectionSettings:
@@ -309,8 +308,8 @@ def _map_reply(message: str) -> RespireError:
         )
     if code == "WRONGTYPE":
         return WrongKeyType(message)
-    if code == "NOPERM":
-        return PermissionDenied(message)
+    if code == "NOPERM" or (code == "ERR" and _script_acl_denial(message)):
+        return PermissionDenied(message, _denied_command(message))
     if code in ("WRONGPASS", "NOAUTH"):
         return ConfigurationError(
             f"Redis refused the credentials: {message}. Check the user and password in the URL"
@@ -319,11 +318,31 @@ def _map_reply(message: str) -> RespireError:
         if code == "RESPIRE_WRONGTYPE":
             return WrongKeyType(message)
         if code == "RESPIRE_NOPERM":
-            return PermissionDenied(message)
+            return PermissionDenied(message, _denied_command(message))
         if code == "RESPIRE_SCHEMA":
             return UnsupportedSchema(message)
         return ScriptError(message)
     return ServerError(message)
+
+
+# How a command refused by ACL inside a script is reported: Redis 7.0 ("ERR The user executing
+# the script can't run this command or subcommand script: ...", naming no command), Valkey ("ERR
+# ACL failure in script: User u has no permissions to run the 'set' command ..."), and newer
+# servers that keep the NOPERM code inside an ERR text.
+_SCRIPT_ACL_DENIALS = ("ERR The user executing the script can't", "ERR ACL failure in script")
+_DENIED_COMMAND = re.compile(r"'([a-z0-9_|.-]+)' command|may not run ([A-Za-z0-9_|.-]+)")
+
+
+def _script_acl_denial(message: str) -> bool:
+    return message.startswith(_SCRIPT_ACL_DENIALS) or " NOPERM " in message[:80]
+
+
+def _denied_command(message: str) -> str:
+    """The command a permission error names (lower case), or "" when it names none."""
+    match = _DENIED_COMMAND.search(message)
+    if match is None:
+        return ""
+    return (match.group(1) or match.group(2)).lower()
 
 
 def _mapped(reply: Any) -> Any:
@@ -371,6 +390,22 @@ def _parse_version(text: str) -> tuple[int, int, int]:
 
 
 _PROBED_COMMANDS = ("xackdel", "xdelex", "hgetdel", "hexpire")
+
+
+def _describe_hello(
+    hello: dict[Any, Any],
+) -> tuple[Literal["redis", "valkey"], tuple[int, int, int], str, str]:
+    """(flavor, version, mode, role) from a ``HELLO 3`` reply map."""
+    fields = {_text(k): v for k, v in hello.items()}
+    flavor: Literal["redis", "valkey"] = (
+        "valkey" if _text(fields.get("server", "")).lower() == "valkey" else "redis"
+    )
+    return (
+        flavor,
+        _parse_version(_text(fields.get("version", "0"))),
+        _text(fields.get("mode") or "standalone"),
+        _text(fields.get("role") or "master"),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -812,18 +847,23 @@ class RedisClient:
     async def server_info(self, *, refresh: bool = False) -> ServerInfo:
         """Detect the server (Redis or Valkey), its version and optional commands.
 
-        Raises :class:`UnsupportedServer` if it is older than Redis 7.0.
+        Flavor, version, mode and role come from the connection handshake's ``HELLO`` reply,
+        which every ACL user may receive, so detection needs neither ``INFO`` nor ``ROLE``; the
+        optional commands come from ``COMMAND INFO`` (a denied discovery counts as absent).
+        Raises :class:`UnsupportedServer` if the server is older than Redis 7.0.
         """
         if self._info is not None and not refresh:
             return self._info
-        info_text = await self.execute("INFO", "server")
-        fields: dict[str, str] = {}
-        for line in _text(info_text).splitlines():
-            key, sep, value = line.partition(":")
-            if sep:
-                fields[key.strip()] = value.strip()
-        flavor: Literal["redis", "valkey"] = "valkey" if "valkey_version" in fields else "redis"
-        version = _parse_version(fields.get("valkey_version") or fields.get("redis_version", "0"))
+        self._require()
+        if self._main is not None:
+            await self._main.ensure_connected()
+        hello = self._stats.last_hello
+        if hello is None and self._router is not None:
+            await self._router.refresh(force=True)
+            hello = self._stats.last_hello
+        if hello is None:
+            raise RedisUnavailable("no connection handshake has completed yet")
+        flavor, version, mode, role = _describe_hello(hello)
         if version[:2] < MIN_SERVER_VERSION and flavor == "redis":
             raise UnsupportedServer(
                 f"{self.settings.describe()} runs Redis {'.'.join(map(str, version))}; "
@@ -837,19 +877,8 @@ class RedisClient:
                     commands.add(name)
         except PermissionDenied:
             pass  # denied discovery: behave as if the optional commands were absent
-        role = fields.get("role", "")
-        if not role:
-            try:
-                role_reply = await self.execute("ROLE")
-                role = _text(role_reply[0]) if role_reply else "unknown"
-            except ServerError:
-                role = "unknown"
         self._info = ServerInfo(
-            flavor=flavor,
-            version=version,
-            mode=fields.get("redis_mode") or fields.get("server_mode") or "standalone",
-            role=role or "master",
-            commands=frozenset(commands),
+            flavor=flavor, version=version, mode=mode, role=role, commands=frozenset(commands)
         )
         return self._info
 

@@ -10,11 +10,13 @@ subscriptions still need them).
 from __future__ import annotations
 
 import re
+import time
 import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Generic, Literal, TypeVar
 
+from .. import tracing
 from ..codecs import Codec, DecodeError, check_codec
 from ..errors import ConfigurationError, ScriptError, ValidationError
 from ..keys import hash_tag, same_slot
@@ -33,6 +35,7 @@ CONSUMER_NAME = "respire"
 MAX_DEDUP_ID_BYTES = 1024
 """Longest dedup id, in UTF-8 bytes (the same bound as a job id)."""
 
+RECEIVE_SPAN = "message receive"
 _RECEIPT = re.compile(r"^(\d+-\d+):(\d+):(\d+)$")
 
 Mode = Literal["queue", "topic"]
@@ -107,6 +110,7 @@ class Consumer(Generic[T]):
         group: str,
         mode: Mode,
         delivery_limit: int,
+        destination: str = "",
     ) -> None:
         check_client(client)
         check_codec(codec)
@@ -118,6 +122,7 @@ class Consumer(Generic[T]):
         self._dead = dead
         self._group = group
         self._mode: Mode = mode
+        self._destination = destination
         self._delivery_limit = check_limit(delivery_limit, "delivery_limit")
         self._iterators: weakref.WeakSet[MessageIterator[T]] = weakref.WeakSet()
         self._stats = ConsumerStatistics()
@@ -177,6 +182,7 @@ class Consumer(Generic[T]):
         return await self._receive_ms(to_visibility_ms(visibility), check_batch(max))
 
     async def _receive_ms(self, visibility_ms: int, count: int) -> list[Message[T]]:
+        started = time.time_ns()
         try:
             reply = await load("rq_receive")(
                 self._client,
@@ -198,17 +204,26 @@ class Consumer(Generic[T]):
         moved = int(reply[1])
         deadline = now + visibility_ms
         raw = reply[2:]
-        batch: list[tuple[str, bytes, int, str]] = [
-            (_text(raw[i]), bytes(raw[i + 1]), int(raw[i + 2]), _text(raw[i + 3]))
-            for i in range(0, len(raw), 4)
+        batch: list[tuple[str, bytes, int, str, str, str]] = [
+            (
+                _text(raw[i]),
+                bytes(raw[i + 1]),
+                int(raw[i + 2]),
+                _text(raw[i + 3]),
+                _text(raw[i + 4]),
+                _text(raw[i + 5]),
+            )
+            for i in range(0, len(raw), 6)
         ]
+        if batch and tracing.enabled():
+            self._trace_receive(batch, started)
         self._stats = replace(
             self._stats,
             received=self._stats.received + len(batch),
             dead_lettered=self._stats.dead_lettered + moved,
         )
         messages: list[Message[T]] = []
-        for entry_id, payload, count_, stamp in batch:
+        for entry_id, payload, count_, stamp, parent, state in batch:
             try:
                 value = self._codec.decode(payload)
             except Exception as exc:
@@ -228,9 +243,32 @@ class Consumer(Generic[T]):
                     delivery_count=count_,
                     receipt=f"{entry_id}:{count_}:{stamp}",
                     lease_deadline_ms=deadline,
+                    traceparent=parent,
+                    tracestate=state,
                 )
             )
         return messages
+
+    def _trace_receive(
+        self, batch: Sequence[tuple[str, bytes, int, str, str, str]], started: int
+    ) -> None:
+        """A ``message receive`` CONSUMER span for a non-empty batch, linked to each message's
+        send."""
+        links = [link for b in batch if (link := tracing.link_to(b[4], b[5])) is not None]
+        span = tracing.receive_span(
+            RECEIVE_SPAN,
+            links,
+            {
+                "messaging.system": tracing.SYSTEM,
+                "messaging.destination.name": self._destination,
+                "messaging.consumer.group.name": self._group,
+                "messaging.operation.type": "receive",
+                "messaging.operation.name": "receive",
+                "messaging.batch.message_count": len(batch),
+            },
+            started,
+        )
+        tracing.end(span)
 
     async def ack(self, message: Message[Any] | str) -> bool:
         """Complete a delivery: the message and its delivery metadata are removed.

@@ -16,7 +16,9 @@ class Message(Generic[T]):
     1 and grows with every redelivery. ``receipt`` is an opaque token fencing this delivery:
     pass the message (or the receipt) to ``ack``/``nack`` on any instance sharing the queue.
     ``lease_deadline_ms`` is the server-clock time (Redis ``TIME``, ms) at which the lease
-    ends unless the message is acknowledged or rejected first.
+    ends unless the message is acknowledged or rejected first. ``traceparent`` and
+    ``tracestate`` are the W3C context of the send that created the message ('' when none; see
+    ``respire_actors.tracing.link_to``).
     """
 
     id: str
@@ -24,6 +26,8 @@ class Message(Generic[T]):
     delivery_count: int
     receipt: str
     lease_deadline_ms: int
+    traceparent: str = ""
+    tracestate: str = ""
 
 
 @dataclass(frozen=True, slots=True)

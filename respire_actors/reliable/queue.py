@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import ExitStack
 from typing import TypeVar
 
+from .. import tracing
 from ..codecs import Codec, check_codec, encode_with
 from ..keys import ReliableQueueKeys
 from ..redis.client import RedisClient
@@ -23,6 +25,7 @@ from ._types import QueueState
 T = TypeVar("T")
 
 QUEUE_GROUP = "respire"
+SEND_SPAN = "message send"
 
 
 async def append(
@@ -31,24 +34,52 @@ async def append(
     dedup_key: str | None,
     data: bytes,
     window_ms: int,
+    destination: str = "",
 ) -> str:
-    """Append one encoded payload, deduplicated by ``dedup_key`` when given."""
-    if dedup_key is None:
-        reply = await client.execute("XADD", stream, "*", "p", data)
-        return reply.decode("ascii") if isinstance(reply, bytes) else str(reply)
-    entry_id, _new = await load("rq_send")(client, [stream, dedup_key], [data, window_ms])
-    return entry_id.decode("ascii") if isinstance(entry_id, bytes) else str(entry_id)
+    """Append one encoded payload, deduplicated by ``dedup_key`` when given, under a
+    ``message send`` producer span whose context is stored with the message (a duplicate keeps
+    the first message's)."""
+    with tracing.producer_span(SEND_SPAN, destination) as span:
+        trace = tracing.context_fields(span)
+        if dedup_key is None:
+            reply = await client.execute("XADD", stream, "*", "p", data, *trace)
+            entry_id = _text(reply)
+            tracing.set_attributes(span, {"messaging.message.id": entry_id})
+            return entry_id
+        entry_id, new = await load("rq_send")(
+            client, [stream, dedup_key], [data, window_ms, *trace]
+        )
+        tracing.set_attributes(
+            span,
+            {"messaging.message.id": _text(entry_id), "respire.deduplicated": not int(new)},
+        )
+        return _text(entry_id)
 
 
-async def append_many(client: RedisClient, stream: str, items: list[bytes]) -> list[str]:
-    """Append many encoded payloads in one pipelined round trip (each append is atomic)."""
-    replies = await client.pipeline([("XADD", stream, "*", "p", data) for data in items])
-    ids: list[str] = []
-    for reply in replies:
-        if isinstance(reply, BaseException):
-            raise reply
-        ids.append(reply.decode("ascii") if isinstance(reply, bytes) else str(reply))
-    return ids
+async def append_many(
+    client: RedisClient, stream: str, items: list[bytes], destination: str = ""
+) -> list[str]:
+    """Append many encoded payloads in one pipelined round trip (each append is atomic), each
+    under its own producer span."""
+    with ExitStack() as stack:
+        spans = [stack.enter_context(tracing.producer_span(SEND_SPAN, destination)) for _ in items]
+        replies = await client.pipeline(
+            [
+                ("XADD", stream, "*", "p", data, *tracing.context_fields(span))
+                for data, span in zip(items, spans, strict=True)
+            ]
+        )
+        ids: list[str] = []
+        for reply, span in zip(replies, spans, strict=True):
+            if isinstance(reply, BaseException):
+                raise reply
+            ids.append(_text(reply))
+            tracing.set_attributes(span, {"messaging.message.id": ids[-1]})
+        return ids
+
+
+def _text(value: object) -> str:
+    return value.decode("ascii") if isinstance(value, bytes) else str(value)
 
 
 class ReliableQueue(Consumer[T]):
@@ -101,6 +132,7 @@ class ReliableQueue(Consumer[T]):
             group=QUEUE_GROUP,
             mode="queue",
             delivery_limit=delivery_limit,
+            destination=name,
         )
         check_keys(keys.stream, keys.deadlines, keys.receipts, keys.dead, keys.dedup("x"))
 
@@ -127,7 +159,9 @@ class ReliableQueue(Consumer[T]):
         """
         data = encode_with(self._codec, payload)
         dedup_key = self._keys.dedup(check_dedup_id(dedup_id)) if dedup_id is not None else None
-        return await append(self._client, self._stream, dedup_key, data, self._dedup_window_ms)
+        return await append(
+            self._client, self._stream, dedup_key, data, self._dedup_window_ms, self._name
+        )
 
     async def send_many(self, payloads: Iterable[T]) -> list[str]:
         """Append many payloads (no deduplication) in one pipelined round trip; their ids in
@@ -139,7 +173,7 @@ class ReliableQueue(Consumer[T]):
         items = [encode_with(self._codec, p) for p in payloads]
         if not items:
             return []
-        return await append_many(self._client, self._stream, items)
+        return await append_many(self._client, self._stream, items, self._name)
 
     async def inspect(self) -> QueueState:
         """Count messages, in-flight deliveries and dead letters (read-only, one round trip).

@@ -63,6 +63,7 @@ class Subscription(Consumer[T]):
             group=name,
             mode="topic",
             delivery_limit=delivery_limit,
+            destination=topic.name,
         )
 
     @property
@@ -148,7 +149,9 @@ class ReliableTopic(Generic[T]):
         """
         data = encode_with(self._codec, payload)
         dedup_key = self._keys.dedup(check_dedup_id(dedup_id)) if dedup_id is not None else None
-        return await append(self._client, self._keys.stream, dedup_key, data, self._dedup_window_ms)
+        return await append(
+            self._client, self._keys.stream, dedup_key, data, self._dedup_window_ms, self._name
+        )
 
     async def publish_many(self, payloads: Iterable[T]) -> list[str]:
         """Publish many payloads in one pipelined round trip; their ids in order. Every payload
@@ -158,7 +161,7 @@ class ReliableTopic(Generic[T]):
         items = [encode_with(self._codec, p) for p in payloads]
         if not items:
             return []
-        return await append_many(self._client, self._keys.stream, items)
+        return await append_many(self._client, self._keys.stream, items, self._name)
 
     # -- subscriptions ------------------------------------------------------------------------
     def subscription(

@@ -15,7 +15,8 @@
 -- lease is lost); 2 when the fence holds but the job's TTL has passed (nothing appended; the
 -- TTL is not a cancellation deadline, so the delivery is still current).
 -- The first append sets an expiry (retention, shortened to the job's expiry); later appends never
--- extend it. Errors: RESPIRE_WRONGTYPE, RESPIRE_NOPERM, RESPIRE_ARGUMENT.
+-- extend it. Errors: RESPIRE_WRONGTYPE, RESPIRE_NOPERM (for any command it runs; nothing
+-- appended), RESPIRE_ARGUMENT.
 --!include lib/preflight.lua
 --!include lib/fence.lua
 
@@ -25,8 +26,11 @@ if not max_lines or max_lines < 1 or max_lines > 1000 or not retention or retent
    or retention > 2147483647 or not expires then
   return redis.error_reply('RESPIRE_ARGUMENT bad log policy')
 end
+-- Every command the script runs is checked here, before the line is appended: PEXPIRETIME
+-- after the append would otherwise leave a list that never expires.
 local err = respire_preflight({{ready, 'stream'}, {logs, 'list'}},
-  {{'RPUSH', logs, 'x'}, {'LTRIM', logs, '0', '-1'}, {'PEXPIREAT', logs, '1'}})
+  {{'XPENDING', ready, ARGV[1], '-', '+', '1'}, {'TIME'}, {'RPUSH', logs, 'x'},
+   {'LTRIM', logs, '0', '-1'}, {'PEXPIRETIME', logs}, {'PEXPIREAT', logs, '1'}})
 if err then return err end
 if not respire_fence(ready, ARGV[1], ARGV[3], ARGV[2], ARGV[4]) then return 0 end
 local t = redis.call('TIME')

@@ -13,7 +13,8 @@
 -- A job is therefore either staged or ready, never both, and never promoted twice.
 -- Returns {promoted, expired, missing, next_due_ms} where next_due_ms is how long until the
 -- earliest remaining member is due (0 = due now, -1 = nothing staged).
--- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM (nothing written).
+-- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM (nothing written: every command,
+-- also the final ZRANGE, is checked before the first promotion).
 --!include lib/preflight.lua
 --!include lib/fence.lua
 
@@ -24,7 +25,9 @@ if not batch or batch < 1 or batch > 256 or batch % 1 ~= 0 then
 end
 local err = respire_preflight(
   {{scheduled, 'stream'}, {due, 'zset'}, {ready, 'stream'}},
-  {{'XADD', ready, '*', 'f', 'v'}, {'XDEL', scheduled, '0-1'}, {'ZREM', due, 'm'}})
+  {{'TIME'}, {'ZRANGEBYSCORE', due, '-inf', '0'}, {'XRANGE', scheduled, '-', '+'},
+   {'XADD', ready, '*', 'f', 'v'}, {'XDEL', scheduled, '0-1'}, {'ZREM', due, 'm'},
+   {'ZRANGE', due, '0', '0'}})
 if err then return err end
 local now = respire_now_ms()
 local function clock() return now end

@@ -20,7 +20,9 @@
 -- 2. The rest of the batch comes from never-delivered entries (XREADGROUP >), with count 1.
 --    A queue creates its private group at id 0 on first use.
 -- Every leased entry gets deadline now + visibility on the server's clock and a fresh stamp.
--- Returns {now ms, number moved to dead letters, then per message: id, payload, count, stamp}.
+-- Returns {now ms, number moved to dead letters, then per message: id, payload, count, stamp,
+-- traceparent, tracestate} (the last two from _respire.trace.parent / _respire.trace.state,
+-- '' when the entry has none).
 -- Errors, all before any write: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM,
 -- RESPIRE_NOSUBSCRIPTION (topic mode: the subscription's group does not exist).
 --!include lib/preflight.lua
@@ -97,6 +99,8 @@ for _, id in ipairs(due) do
     out[#out + 1] = rq_field(entry[1][2], 'p') or ''
     out[#out + 1] = count
     out[#out + 1] = stamp
+    out[#out + 1] = rq_field(entry[1][2], '_respire.trace.parent') or ''
+    out[#out + 1] = rq_field(entry[1][2], '_respire.trace.state') or ''
     leased = leased + 1
   end
 end
@@ -117,6 +121,8 @@ if leased < max and stream_exists then
       out[#out + 1] = rq_field(entry[2], 'p') or ''
       out[#out + 1] = 1
       out[#out + 1] = stamp
+      out[#out + 1] = rq_field(entry[2], '_respire.trace.parent') or ''
+      out[#out + 1] = rq_field(entry[2], '_respire.trace.state') or ''
     end
   end
 end

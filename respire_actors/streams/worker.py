@@ -41,6 +41,7 @@ from ..errors import ConfigurationError, ValidationError
 from ..keys import same_slot, validate_name
 from ..redis.client import Arg, RedisClient
 from ..redis.scripts import load
+from ..tracing import STREAM_TRACE_FIELDS, ConsumerTelemetry
 
 _READ = load("stream_read")
 _CLAIM = load("stream_claim_pending")
@@ -103,6 +104,10 @@ class StreamWorkerOptions:
                          really lost. False: the visibility timeout is a fixed lease
     timeout:             execution budget of one handler call (None: none); when it runs out
                          the handler is cancelled and the nack policy applies
+    telemetry_name:      bounded name for metrics and logs (default: the stream key); choose a
+                         fixed role name, never a per-tenant one
+    trace_fields:        the (traceparent, tracestate) entry fields the processing span links
+                         to (see ``respire_actors.tracing.trace_fields``)
     """
 
     group: str = "respire"
@@ -124,9 +129,20 @@ class StreamWorkerOptions:
     consumer_idle_timeout: timedelta | None = timedelta(days=1)
     renew_leases: bool = True
     timeout: timedelta | float | None = None
+    telemetry_name: str | None = None
+    trace_fields: tuple[str, str] = STREAM_TRACE_FIELDS
 
     def __post_init__(self) -> None:
         validate_name(self.group, what="consumer group")
+        if (
+            not isinstance(self.trace_fields, tuple)
+            or len(self.trace_fields) != 2
+            or not all(isinstance(f, str) and f for f in self.trace_fields)
+            or self.trace_fields[0] == self.trace_fields[1]
+        ):
+            raise ValidationError(
+                "trace_fields must be two distinct nonblank field names (traceparent, tracestate)"
+            )
         validate_start_id(self.start_id)
         if self.dead_letter_stream is not None:
             _key(self.dead_letter_stream, "dead_letter_stream")
@@ -148,6 +164,7 @@ class StreamWorkerOptions:
             consumer_idle_timeout=self.consumer_idle_timeout,
             renew_leases=self.renew_leases,
             timeout=self.timeout,
+            telemetry_name=self.telemetry_name,
         )
 
 
@@ -360,6 +377,9 @@ class StreamWorker(ConsumerHost):
             ),
             group=o.group,
             bind=bind_entry,
+            telemetry=ConsumerTelemetry(
+                o.telemetry_name or reg.stream, reg.stream, "stream process", o.trace_fields
+            ),
         )
 
     def build(self, client: RedisClient) -> Supervisor:

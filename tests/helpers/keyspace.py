@@ -24,9 +24,11 @@ def _text(value: object) -> str:
 
 async def delete_matching(client: RedisClient, pattern: str, *, batch: int = 500) -> int:
     """Delete every key matching the glob ``pattern`` with SCAN + UNLINK; return the count.
+    Queue names matching it are removed from the (shared) queue registry too.
 
     On a cluster client, scan every master (SCAN is per node) through plain connections.
     """
+    await forget_registered(client, pattern)
     if client.is_cluster:
         deleted = 0
         for host, port in await cluster_masters(client):
@@ -66,14 +68,14 @@ def delete_matching_sync(
             return deleted
 
 
-async def forget_registered(client: RedisClient, fragment: str) -> int:
-    """Remove the job queue names containing ``fragment`` from the queue registry (workers
-    register their queues there; the set itself is shared by every test)."""
+async def forget_registered(client: RedisClient, pattern: str) -> int:
+    """Remove the job queue names matching the glob ``pattern`` from the queue registry
+    (workers register their queues there; the set itself is shared by every test)."""
     key = queue_registry(client.key_prefix)
     removed = 0
     cursor: object = b"0"
     while True:
-        cursor, names = await client.execute("SSCAN", key, cursor, "MATCH", f"*{fragment}*")
+        cursor, names = await client.execute("SSCAN", key, cursor, "MATCH", pattern)
         if names:
             removed += int(await client.execute("SREM", key, *names))
         if _text(cursor) == "0":

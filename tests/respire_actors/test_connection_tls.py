@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import shutil
 import ssl
-import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,6 +20,7 @@ import anyio.abc
 import pytest
 from anyio.abc import SocketAttribute
 from anyio.streams.tls import TLSListener
+from helpers.tls import make_certificates
 
 from respire_actors.errors import RedisUnavailable
 from respire_actors.redis.client import ConnectionSettings, connect
@@ -30,23 +30,10 @@ pytestmark = pytest.mark.anyio
 
 @pytest.fixture(scope="session")
 def certificates(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A throwaway CA and a server certificate for localhost / 127.0.0.1."""
+    """A throwaway CA and server (and client) certificates for localhost / 127.0.0.1."""
     if shutil.which("openssl") is None:
         pytest.skip("the openssl CLI is needed to make test certificates")
-    folder = tmp_path_factory.mktemp("tls")
-
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
-
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-            "-keyout", "ca.key", "-out", "ca.pem", "-subj", "/CN=respire test CA")  # fmt: skip
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key",
-            "-out", "server.csr", "-subj", "/CN=localhost")  # fmt: skip
-    (folder / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
-    openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-days", "2", "-out", "server.pem",
-            "-extfile", "san.ext")  # fmt: skip
-    return folder
+    return make_certificates(tmp_path_factory.mktemp("tls"))
 
 
 @asynccontextmanager

@@ -1,8 +1,13 @@
 -- Shared preflight helpers: run every check before the first write, because Redis does not
 -- roll back writes made before a runtime error.
 
--- Fails with RESPIRE_WRONGTYPE unless `key` holds `expected` (or does not exist).
+-- Fails with RESPIRE_WRONGTYPE unless `key` holds `expected` (or does not exist), or with
+-- RESPIRE_NOPERM naming TYPE when the ACL user may not run TYPE on it (checked first: a TYPE
+-- refused inside the script would raise an error that, on Redis 7.0, names no command).
 local function respire_expect_type(key, expected)
+  if not redis.acl_check_cmd('TYPE', key) then
+    return redis.error_reply('RESPIRE_NOPERM the ACL user may not run TYPE on ' .. key)
+  end
   local t = redis.call('TYPE', key)['ok']
   if t ~= 'none' and t ~= expected then
     return redis.error_reply('RESPIRE_WRONGTYPE ' .. key .. ' holds a ' .. t .. ', expected ' .. expected)

@@ -1,0 +1,207 @@
+"""Telemetry around one delivery: the processing span, the handler duration and the structured
+transition logs (logger ``respire_actors.telemetry``).
+
+Every transition is logged with the same structured fields (``extra=``): ``event``,
+``queue``, ``job_id``, ``entry_id``, ``attempt`` and ``trace_id`` (the producer's trace id,
+the same for every attempt of a job; '' when the job carries no context). Levels:
+
+=====================  =========  ==================================================
+event                  level      where
+=====================  =========  ==================================================
+``accepted``           DEBUG      an enqueue appended (or deduplicated) the job
+``delivered``          DEBUG      a runner starts the handler
+``outcome-decided``    DEBUG      the handler returned, raised or was cancelled
+``acknowledged``       DEBUG      the completer committed a success
+``claimed``            INFO       recovery or startup replay claimed a delivery
+``retry-scheduled``    INFO       a durable retry was staged
+``expired``            INFO       a retry found the job past its TTL
+``dead-lettered``      WARNING    a dead letter was committed
+``cancelled``          INFO       a batch member was acknowledged as cancelled
+=====================  =========  ==================================================
+
+DEBUG calls are guarded with ``isEnabledFor`` so they cost nothing when DEBUG is off.
+Telemetry never changes an outcome: span and metric failures are swallowed (see
+:mod:`respire_actors.tracing`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from .. import tracing
+from .messages import Ack, Complete, Completion, DeadLetter, Delivery, Nack, RetryAfter
+from .metrics import handler_duration, note_dead_letter, telemetry_of
+from .runtime import QueueRuntime
+
+log = logging.getLogger("respire_actors.telemetry")
+
+
+def fields(rt: QueueRuntime, delivery: Delivery, event: str) -> dict[str, Any]:
+    """The structured fields of one transition of ``delivery``."""
+    t = telemetry_of(rt)
+    return {
+        "event": event,
+        "queue": t.destination,
+        "job_id": delivery.job_id,
+        "entry_id": delivery.entry_id,
+        "attempt": delivery.attempt,
+        "trace_id": tracing.trace_id(delivery.fields, t.fields),
+    }
+
+
+def _outcome_name(outcome: object) -> str:
+    if isinstance(outcome, DeadLetter):
+        return "dead-letter"
+    if isinstance(outcome, RetryAfter):
+        return "retry"
+    if isinstance(outcome, Nack):
+        return "nack"
+    if outcome is None or isinstance(outcome, Ack | Complete):
+        return "ack"
+    return "ack" if not isinstance(outcome, type) else "invalid"
+
+
+async def run_handler(rt: QueueRuntime, delivery: Delivery, arg: Any) -> Any:
+    """``await rt.handler(arg)`` inside a CONSUMER span (a new root linked to the producer
+    context in the delivery's fields; handler spans are its children), timing it into
+    ``respire.handler.duration``. Returns or raises exactly what the handler did."""
+    debug = log.isEnabledFor(logging.DEBUG)
+    if debug:
+        log.debug(
+            "%s: delivering %r (attempt %d)",
+            rt.name,
+            delivery.job_id or delivery.entry_id,
+            delivery.attempt,
+            extra=fields(rt, delivery, "delivered"),
+        )
+    span = None
+    if tracing.enabled():
+        t = telemetry_of(rt)
+        attributes: dict[str, Any] = {
+            "messaging.system": tracing.SYSTEM,
+            "messaging.destination.name": t.destination,
+            "messaging.operation.type": "process",
+            "messaging.operation.name": "process",
+            "messaging.message.id": delivery.entry_id,
+            "messaging.consumer.group.name": rt.group,
+            "respire.telemetry_name": t.name,
+            "respire.delivery.attempt": delivery.attempt,
+        }
+        if delivery.job_id:
+            attributes["respire.job.id"] = delivery.job_id
+            attributes["respire.job.total_attempts"] = delivery.prior_attempts + delivery.attempt
+        span = tracing.consumer_span(
+            t.span_name, tracing.incoming_link(delivery.fields, t.fields), attributes
+        )
+    token = tracing.activate(span)
+    result = "returned"
+    outcome: object = None
+    started = time.perf_counter()
+    try:
+        outcome = await rt.handler(arg)
+        return outcome
+    except Exception as exc:
+        result = "raised"
+        tracing.fail(span, exc)
+        raise
+    except BaseException:
+        result = "cancelled"
+        raise
+    finally:
+        elapsed = time.perf_counter() - started
+        tracing.deactivate(token)
+        name = rt.telemetry.name if rt.telemetry is not None else telemetry_of(rt).name
+        try:
+            handler_duration.record(
+                elapsed, {"respire.telemetry_name": name, "respire.handler.result": result}
+            )
+        except Exception:
+            log.debug("recording the handler duration failed; ignored", exc_info=True)
+        if span is not None or debug:
+            decided = _outcome_name(outcome) if result == "returned" else result
+            if getattr(arg, "lease_lost", False):
+                decided = "lease-lost"
+            if span is not None:
+                tracing.set_attributes(span, {"respire.outcome": decided})
+                tracing.end(span)
+            if debug:
+                log.debug(
+                    "%s: handler for %r ended: %s",
+                    rt.name,
+                    delivery.job_id or delivery.entry_id,
+                    decided,
+                    extra={**fields(rt, delivery, "outcome-decided"), "outcome": decided},
+                )
+
+
+def log_claimed(rt: QueueRuntime, mode: str, deliveries: Sequence[Delivery]) -> None:
+    """INFO per delivery claimed by recovery or replay (not the per-job hot path)."""
+    if not deliveries or not log.isEnabledFor(logging.INFO):
+        return
+    for delivery in deliveries:
+        log.info(
+            "%s: %s claimed %r (delivery %d)",
+            rt.name,
+            mode,
+            delivery.job_id or delivery.entry_id,
+            delivery.attempt,
+            extra={**fields(rt, delivery, "claimed"), "mode": mode},
+        )
+
+
+def observe_commits(rt: QueueRuntime, batch: Sequence[Completion], statuses: Sequence[int]) -> None:
+    """Log the committed transitions of one completion batch and count dead letters by
+    reason; ``statuses`` as :func:`~respire_actors.actors.completer.commit` returns them
+    (1 committed, 2 a retry acknowledged as expired, 0 stale or refused)."""
+    debug = log.isEnabledFor(logging.DEBUG)
+    for c, status in zip(batch, statuses, strict=True):
+        if status <= 0 or c.kind == "release":
+            continue
+        d = c.delivery
+        label = d.job_id or d.entry_id
+        if c.kind == "ack":
+            if debug:
+                log.debug(
+                    "%s: %r acknowledged", rt.name, label, extra=fields(rt, d, "acknowledged")
+                )
+        elif c.kind == "dead":
+            note_dead_letter(rt, c.reason)
+            log.warning(
+                "%s: %r dead-lettered (%s)",
+                rt.name,
+                label,
+                c.reason,
+                extra={**fields(rt, d, "dead-lettered"), "reason": c.reason},
+            )
+        elif c.kind == "cancelled":
+            log.info("%s: %r cancelled", rt.name, label, extra=fields(rt, d, "cancelled"))
+        elif c.kind == "expired" or (c.kind == "retry" and status == 2):
+            log.info("%s: %r expired", rt.name, label, extra=fields(rt, d, "expired"))
+        elif c.kind == "retry":
+            log.info(
+                "%s: retry of %r scheduled in %d ms",
+                rt.name,
+                label,
+                c.delay_ms,
+                extra={**fields(rt, d, "retry-scheduled"), "delay_ms": c.delay_ms},
+            )
+
+
+def log_recovery_dead_letters(rt: QueueRuntime, count: int) -> None:
+    """WARNING for entries dead-lettered inside a recovery script at the delivery limit (the
+    script reports only how many)."""
+    if count:
+        log.warning(
+            "%s: recovery dead-lettered %d deliveries at the delivery limit",
+            rt.name,
+            count,
+            extra={
+                "event": "dead-lettered",
+                "queue": telemetry_of(rt).destination,
+                "reason": "delivery-limit",
+                "count": count,
+            },
+        )
