@@ -14,21 +14,25 @@ from datetime import timedelta
 import anyio
 import pytest
 from dashboard_helpers import csrf_of, http, worker_running
+from helpers.acl import acl_denials, acl_user
 from helpers.servers import ValkeyProcess
 from jobs_helpers import wait_until, wait_until_async
 
+from respire_actors.acl import acl_rules
 from respire_actors.admin import QueueAdmin, register_queue
 from respire_actors.codecs import StrCodec
 from respire_actors.dashboard import BasicAuth, DashboardConfig, TokenAuth
 from respire_actors.dashboard.formatting import counts
 from respire_actors.dashboard.security import CSRF_COOKIE, csrf_token
-from respire_actors.jobs import DeadLetter, Job, JobEnqueueOptions, JobQueue, Outcome
+from respire_actors.jobs import DeadLetter, FlowNode, Job, JobEnqueueOptions, JobQueue, Outcome
 from respire_actors.keys import JobQueueKeys
 from respire_actors.redis.client import RedisClient, connect
 
 pytestmark = pytest.mark.anyio
 
 TOKEN = "test-token-0123456789"
+DASHBOARD_EXTRA = ("+xread", "+get")
+"""What the dashboard needs beyond the operator role: live events, flow results."""
 
 
 async def _dead_letter_one(client: RedisClient, name: str, job_id: str, payload: str) -> None:
@@ -292,3 +296,52 @@ async def test_a_queue_that_does_not_exist_is_not_created(
             assert response.status_code == 404, path
     keys = JobQueueKeys(name, client.key_prefix)
     assert await client.execute("EXISTS", keys.control, keys.group_policy, keys.events) == 0
+
+
+async def test_every_page_and_action_works_as_the_operator_role(
+    client: RedisClient, server_url: str, unique_name: str
+) -> None:
+    """The dashboard needs nothing beyond the operator role of docs/security.md (plus XREAD
+    for the live events): every page and action, logged in as such a user, and no denial in
+    the ACL log."""
+    name = unique_name
+    await _dead_letter_one(client, name, "dead-1", "p")
+    queue = JobQueue(client, name, StrCodec())
+    await queue.enqueue_scheduled("g-1", "g", JobEnqueueOptions(delay=3600, group="tenant-a"))
+    await queue.enqueue_flow("flow-1", FlowNode("root", "r", [FlowNode("leaf", "l")]))
+    await queue.create_batch(batch_id="batch-1")
+    entry = (await queue.enqueue("ready-1", "r")).entry_id
+    user = f"dash-{unique_name}"
+    rules = [*acl_rules("operator", (name,)), *DASHBOARD_EXTRA]
+    async with acl_user(client, server_url, user, rules) as operator:
+        config = DashboardConfig(queues=(name,), live_interval=0.2)
+        async with http(operator, config) as h:
+            for path, params in (
+                ("/", {}),
+                ("/queue", {"queue": name}),
+                ("/job", {"queue": name, "entry": entry}),
+                ("/dead", {"queue": name}),
+                ("/groups", {"queue": name}),
+                ("/batches", {"queue": name, "kind": "flow", "id": "flow-1"}),
+                ("/batches", {"queue": name, "kind": "batch", "id": "batch-1"}),
+            ):
+                response = await h.get(path, params=params)
+                assert response.status_code == 200, (path, response.text[-600:])
+            token = csrf_of((await h.get("/dead", params={"queue": name})).text)
+            dead_id = (await QueueAdmin(client, name).dead_letters()).rows[0].dead_id
+            for path, data in (
+                ("/queue/pause", {}),
+                ("/queue/resume", {}),
+                ("/groups/pause", {"group": "tenant-a"}),
+                ("/groups/resume", {"group": "tenant-a"}),
+                ("/dead/retry", {"id": dead_id}),
+            ):
+                response = await h.post(path, data={"queue": name, "csrf": token, **data})
+                assert response.status_code == 303, (path, response.text[-600:])
+        # the live events reader (a blocking XREAD on its own connection)
+        events = JobQueue(operator, name, StrCodec())
+        async with events.read_events("$", block=timedelta(milliseconds=100)) as reader:
+            await queue.pause()
+            with anyio.fail_after(10):
+                assert (await reader.__anext__()).kind == "paused"
+        assert await acl_denials(client, user) == []
