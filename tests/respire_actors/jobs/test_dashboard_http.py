@@ -9,6 +9,7 @@ import base64
 import logging
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 
 import anyio
@@ -33,6 +34,10 @@ pytestmark = pytest.mark.anyio
 TOKEN = "test-token-0123456789"
 DASHBOARD_EXTRA = ("+xread", "+get")
 """What the dashboard needs beyond the operator role: live events, flow results."""
+READ_ONLY_WITHHELD = tuple(
+    f"-{c}" for c in ("hset", "hdel", "zadd", "zrem", "xadd", "xdel", "xtrim", "sadd", "srem")
+)
+"""The operator role's write commands, withheld from a read-only dashboard's user."""
 
 
 async def _dead_letter_one(client: RedisClient, name: str, job_id: str, payload: str) -> None:
@@ -311,20 +316,32 @@ async def test_every_page_and_action_works_as_the_operator_role(
     await queue.enqueue_flow("flow-1", FlowNode("root", "r", [FlowNode("leaf", "l")]))
     await queue.create_batch(batch_id="batch-1")
     entry = (await queue.enqueue("ready-1", "r")).entry_id
+    pages = (
+        ("/", {}),
+        ("/queue", {"queue": name}),
+        ("/job", {"queue": name, "entry": entry}),
+        ("/dead", {"queue": name}),
+        ("/groups", {"queue": name}),
+        ("/batches", {"queue": name, "kind": "flow", "id": "flow-1"}),
+        ("/batches", {"queue": name, "kind": "batch", "id": "batch-1"}),
+    )
+    config = DashboardConfig(queues=(name,), live_interval=0.2)
+    # a read-only dashboard's user: the operator role without its write commands
+    reader = f"dash-ro-{unique_name}"
+    rules = [*acl_rules("operator", (name,)), *DASHBOARD_EXTRA, *READ_ONLY_WITHHELD]
+    async with (
+        acl_user(client, server_url, reader, rules) as read_only,
+        http(read_only, replace(config, read_only=True)) as h,
+    ):
+        for path, params in pages:
+            response = await h.get(path, params=params)
+            assert response.status_code == 200, (path, response.text[-600:])
+    assert await acl_denials(client, reader) == []
     user = f"dash-{unique_name}"
     rules = [*acl_rules("operator", (name,)), *DASHBOARD_EXTRA]
     async with acl_user(client, server_url, user, rules) as operator:
-        config = DashboardConfig(queues=(name,), live_interval=0.2)
         async with http(operator, config) as h:
-            for path, params in (
-                ("/", {}),
-                ("/queue", {"queue": name}),
-                ("/job", {"queue": name, "entry": entry}),
-                ("/dead", {"queue": name}),
-                ("/groups", {"queue": name}),
-                ("/batches", {"queue": name, "kind": "flow", "id": "flow-1"}),
-                ("/batches", {"queue": name, "kind": "batch", "id": "batch-1"}),
-            ):
+            for path, params in pages:
                 response = await h.get(path, params=params)
                 assert response.status_code == 200, (path, response.text[-600:])
             token = csrf_of((await h.get("/dead", params={"queue": name})).text)
