@@ -430,6 +430,7 @@ examples:
   python -m respire_actors serve examples.email_app:app
   python -m respire_actors serve myproject.tasks:worker --redis-url redis://127.0.0.1:6379
   python -m respire_actors ping
+  python -m respire_actors dashboard --redis-url redis://127.0.0.1:6379
   python -m respire_actors queues                       # operator commands: see docs/cli.md
   python -m respire_actors dead-letters email --reason nack
   python -m respire_actors retry email --all --reason nack
@@ -566,7 +567,87 @@ def _parser() -> argparse.ArgumentParser:
     )
     server.add_argument("--backend", **backend)  # type: ignore[arg-type]
     add_admin_commands(sub, [common, server], EPILOG)
+    _add_dashboard_parser(sub, common, backend)
     return parser
+
+
+def _add_dashboard_parser(
+    sub: Any, common: argparse.ArgumentParser, backend: dict[str, Any]
+) -> None:
+    d = sub.add_parser(
+        "dashboard",
+        help="serve the web dashboard",
+        description="Serve the web dashboard (needs the 'dashboard' extra). Without auth it "
+        "listens on loopback only; set $RESPIRE_DASHBOARD_TOKEN for token auth, or "
+        "--basic-user with $RESPIRE_DASHBOARD_PASSWORD for basic auth. "
+        "$RESPIRE_DASHBOARD_SECRET signs CSRF tokens and sessions (default: random per "
+        "process). See docs/dashboard.md.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common],
+    )
+    d.add_argument(
+        "--redis-url",
+        default=None,
+        metavar="URL",
+        help=f"the server to show (default: ${DEFAULT_URL_ENV})",
+    )
+    d.add_argument(
+        "--queue",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="show this queue (repeat for more; default: every registered queue)",
+    )
+    d.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    d.add_argument("--port", type=int, default=8080, help="port to listen on (8080)")
+    d.add_argument(
+        "--basic-user",
+        default=None,
+        metavar="NAME",
+        help="use basic auth with this user (password in $RESPIRE_DASHBOARD_PASSWORD)",
+    )
+    d.add_argument("--read-only", action="store_true", help="hide and refuse every action")
+    d.add_argument(
+        "--show-payloads",
+        action="store_true",
+        help="show job payloads (they may hold personal data)",
+    )
+    d.add_argument("--backend", **backend)
+
+
+async def run_dashboard(args: argparse.Namespace, url: str, phase: dict[str, bool]) -> int:
+    """The ``dashboard`` command: serve until SIGINT/SIGTERM/SIGHUP."""
+    try:
+        from .dashboard import Dashboard, serve_dashboard
+        from .dashboard.server import config_from_environment
+    except ImportError as exc:
+        raise StartupError(
+            f"the dashboard needs the 'dashboard' extra ({exc}): "
+            "pip install 'respire-actors[dashboard]'"
+        ) from exc
+    config = config_from_environment(
+        queues=tuple(args.queue) if args.queue else None,
+        basic_user=args.basic_user,
+        read_only=args.read_only,
+        show_payloads=args.show_payloads,
+    )
+    signals_to_stop = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    with anyio.open_signal_receiver(*signals_to_stop) as signals:
+        async with connect_when_loaded(url) as client, anyio.create_task_group() as tg:
+            dashboard = Dashboard(config, client=client)
+            bound = await tg.start(
+                lambda **kw: serve_dashboard(dashboard, host=args.host, port=args.port, **kw)
+            )
+            phase["started"] = True
+            if _gate is not None:
+                _gate.release()
+            print(f"dashboard on {bound.url}", flush=True)
+            async for signum in signals:
+                log.warning("%s: stopping the dashboard", signal.Signals(signum).name)
+                break
+            tg.cancel_scope.cancel()
+    return EXIT_OK
 
 
 def _leaves(exc: BaseException) -> Iterator[BaseException]:
@@ -690,6 +771,10 @@ def main(argv: list[str] | None = None) -> int:
                 stats_interval=args.stats_interval,
             )
             return anyio.run(_serve_with_signals, config, phase, backend=args.backend)
+        if args.command == "dashboard":
+            if not url:
+                raise StartupError(f"the dashboard needs --redis-url or ${DEFAULT_URL_ENV}")
+            return anyio.run(run_dashboard, args, url, phase, backend=args.backend)
         if args.command in ADMIN_COMMANDS:
             return anyio.run(_admin, args, url, phase, backend=args.backend)
         return anyio.run(ping, url, args.data_dir, backend=args.backend)

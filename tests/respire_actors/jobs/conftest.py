@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -13,7 +13,7 @@ from jobs_helpers import new_runtime
 from respire_actors.actors.runtime import QueueRuntime
 from respire_actors.codecs import StrCodec
 from respire_actors.jobs import JobQueue
-from respire_actors.redis.client import RedisClient
+from respire_actors.redis.client import RedisClient, connect
 
 
 @pytest.fixture
@@ -37,3 +37,13 @@ def make_runtime(client: RedisClient) -> Iterator[Callable[..., QueueRuntime]]:
     for rt in made:
         rt.deliveries.close()
         rt.completions.close()
+
+
+@pytest.fixture
+async def prefixed(
+    client: RedisClient, server_url: str, unique_name: str
+) -> AsyncIterator[RedisClient]:
+    """A client whose key prefix holds ``unique_name``: the queue registry it sees holds only
+    this test's queues (the ``client`` fixture deletes every key containing the name)."""
+    async with connect(f"{server_url}?key_prefix={unique_name}:") as redis:
+        yield redis
