@@ -31,6 +31,7 @@
 -- RESPIRE_TRIM_VERIFY if a protected entry is missing afterwards (never expected).
 --!include lib/preflight.lua
 --!include lib/fence.lua
+--!include lib/stream_id.lua
 --!include lib/retention.lua
 
 local stream, mode = KEYS[1], ARGV[1]

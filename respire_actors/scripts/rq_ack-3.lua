@@ -15,6 +15,7 @@
 -- Repeating a call is harmless (the second run returns 0s).
 -- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM; all before any write.
 --!include lib/preflight.lua
+--!include lib/stream_id.lua
 --!include lib/rq_common.lua
 
 local stream, deadlines, receipts = KEYS[1], KEYS[2], KEYS[3]
@@ -24,7 +25,7 @@ if delete == nil or not group or group == '' or #ARGV < 5 or (#ARGV - 2) % 3 ~= 
   return redis.error_reply('RESPIRE_ARGUMENT rq_ack arguments are malformed')
 end
 for i = 3, #ARGV, 3 do
-  if not rq_parse_id(ARGV[i]) or not rq_int(ARGV[i + 1], 1, 2147483647)
+  if not respire_id_parse(ARGV[i]) or not rq_int(ARGV[i + 1], 1, 2147483647)
       or not string.match(ARGV[i + 2], '^%d+$') then
     return redis.error_reply('RESPIRE_ARGUMENT malformed receipt')
   end

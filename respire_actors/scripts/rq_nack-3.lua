@@ -14,6 +14,7 @@
 -- Repeating a call is harmless (the second run returns 0s).
 -- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM; all before any write.
 --!include lib/preflight.lua
+--!include lib/stream_id.lua
 --!include lib/rq_common.lua
 
 local stream, deadlines, receipts = KEYS[1], KEYS[2], KEYS[3]
@@ -22,7 +23,7 @@ if not delay or #ARGV < 4 or (#ARGV - 1) % 3 ~= 0 then
   return redis.error_reply('RESPIRE_ARGUMENT rq_nack arguments are malformed')
 end
 for i = 2, #ARGV, 3 do
-  if not rq_parse_id(ARGV[i]) or not rq_int(ARGV[i + 1], 1, 2147483647)
+  if not respire_id_parse(ARGV[i]) or not rq_int(ARGV[i + 1], 1, 2147483647)
       or not string.match(ARGV[i + 2], '^%d+$') then
     return redis.error_reply('RESPIRE_ARGUMENT malformed receipt')
   end

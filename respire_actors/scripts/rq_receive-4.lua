@@ -26,6 +26,7 @@
 -- Errors, all before any write: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM,
 -- RESPIRE_NOSUBSCRIPTION (topic mode: the subscription's group does not exist).
 --!include lib/preflight.lua
+--!include lib/stream_id.lua
 --!include lib/rq_common.lua
 
 local stream, deadlines, receipts, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4]

@@ -15,6 +15,7 @@
 -- Returns {stream id, 1 if appended now | 0 if a duplicate}.
 -- Errors: RESPIRE_ARGUMENT (bad window), RESPIRE_WRONGTYPE, RESPIRE_NOPERM; all before any write.
 --!include lib/preflight.lua
+--!include lib/stream_id.lua
 --!include lib/rq_common.lua
 
 local stream, dedup = KEYS[1], KEYS[2]

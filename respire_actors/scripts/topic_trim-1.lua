@@ -19,6 +19,7 @@
 -- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM before any write;
 -- RESPIRE_TRIM_VERIFY if a protected entry is missing afterwards (never expected).
 --!include lib/preflight.lua
+--!include lib/stream_id.lua
 --!include lib/rq_common.lua
 --!include lib/retention.lua
 
@@ -27,7 +28,7 @@ local max_age = ARGV[1] ~= '' and rq_int(ARGV[1], 0, 9007199254740991) or nil
 local max_len = ARGV[2] ~= '' and rq_int(ARGV[2], 0, 9007199254740991) or nil
 local min_id = ARGV[3] ~= '' and ARGV[3] or nil
 if (ARGV[1] ~= '' and not max_age) or (ARGV[2] ~= '' and not max_len)
-    or (min_id and not rq_parse_id(min_id)) or (not max_age and not max_len and not min_id) then
+    or (min_id and not respire_id_parse(min_id)) or (not max_age and not max_len and not min_id) then
   return redis.error_reply('RESPIRE_ARGUMENT topic_trim needs a valid max age, max length or min id')
 end
 local err = respire_preflight({{stream, 'stream'}},
@@ -42,7 +43,7 @@ end
 local function later(a, b)
   if a == nil then return b end
   if b == nil then return a end
-  if rq_id_lt(a, b) then return b end
+  if respire_id_lt(a, b) then return b end
   return a
 end
 
@@ -56,7 +57,7 @@ if max_len then
   local newest = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', max_len + 1)
   if #newest > max_len then
     if max_len == 0 then
-      local ms, seq = rq_parse_id(newest[1][1])
+      local ms, seq = respire_id_parse(newest[1][1])
       policy = later(policy, ms .. '-' .. (seq + 1))
     else
       policy = later(policy, newest[max_len][1])
@@ -70,11 +71,11 @@ end
 -- inventory of every group's boundaries (lib/retention.lua)
 local groups, boundary, protected = respire_trim_inventory(stream)
 local cutoff = policy
-if boundary and rq_id_lt(boundary, cutoff) then cutoff = boundary end
+if boundary and respire_id_lt(boundary, cutoff) then cutoff = boundary end
 local held_by = {}
 for _, g in ipairs(groups) do
   for _, id in ipairs({g.lowest, g.nxt}) do
-    if id and rq_id_lt(id, policy) then
+    if id and respire_id_lt(id, policy) then
       held_by[#held_by + 1] = g.name
       break
     end

@@ -1,21 +1,6 @@
 -- Retention of streams with consumer groups: the conservative MINID procedure, shared by
--- topic_trim and job_trim. Run inside one script, so no group can be created, removed or
+-- topic_trim and job_trim (include lib/stream_id.lua before it). Run inside one script, so no group can be created, removed or
 -- repositioned between the inventory, the trim and the verification.
-
--- A stream id 'ms-seq' as two numbers (nil if malformed).
-local function respire_id_parse(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  if not ms then return nil end
-  return tonumber(ms), tonumber(seq)
-end
-
--- True when stream id a sorts before stream id b.
-local function respire_id_lt(a, b)
-  local ams, aseq = respire_id_parse(a)
-  local bms, bseq = respire_id_parse(b)
-  if ams ~= bms then return ams < bms end
-  return aseq < bseq
-end
 
 -- The smallest id above `id` (MINID with it removes `id` itself).
 local function respire_id_next(id)

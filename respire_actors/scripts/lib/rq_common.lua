@@ -1,4 +1,5 @@
--- Shared helpers of the reliable queue and topic scripts (rq_*, topic_*).
+-- Shared helpers of the reliable queue and topic scripts (rq_*, topic_*); include
+-- lib/stream_id.lua before it.
 --
 -- Delivery metadata of one endpoint (a queue, or one topic subscription):
 --   deadlines  sorted set: member = stream entry id, score = server time (ms) at which the
@@ -22,21 +23,6 @@ local function rq_int(value, lo, hi)
   local n = tonumber(value)
   if n < lo or n > hi then return nil end
   return n
-end
-
--- A stream id 'ms-seq' as two numbers (nil if malformed).
-local function rq_parse_id(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  if not ms then return nil end
-  return tonumber(ms), tonumber(seq)
-end
-
--- True when stream id a sorts before stream id b.
-local function rq_id_lt(a, b)
-  local ams, aseq = rq_parse_id(a)
-  local bms, bseq = rq_parse_id(b)
-  if ams ~= bms then return ams < bms end
-  return aseq < bseq
 end
 
 -- The delivery count stored in a receipts value ('<count>:<stamp>' or '<count>:-').
