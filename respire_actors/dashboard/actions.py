@@ -28,6 +28,7 @@ from .web import (
     queue_param,
     redirect,
     render,
+    set_private_cookie,
 )
 
 MAX_SELECTED = 500  # dead letters one form may retry or delete (one page at most)
@@ -152,14 +153,7 @@ async def login(request: Request) -> Response:
     log.info("dashboard: login from %s", host)
     response = redirect(request, "/")
     response.headers["location"] = target
-    response.set_cookie(
-        security.SESSION_COOKIE,
-        expected,
-        path=cookie_path(request),
-        httponly=True,
-        samesite="strict",
-        secure=request.url.scheme == "https",
-    )
+    set_private_cookie(request, response, security.SESSION_COOKIE, expected)
     return response
 
 

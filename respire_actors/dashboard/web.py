@@ -113,15 +113,21 @@ def render(
         "form-action 'self'"
     )
     if fresh:
-        response.set_cookie(
-            security.CSRF_COOKIE,
-            nonce,
-            path=cookie_path(request),
-            httponly=True,
-            samesite="strict",
-            secure=request.url.scheme == "https",
-        )
+        set_private_cookie(request, response, security.CSRF_COOKIE, nonce)
     return response
+
+
+def set_private_cookie(request: Request, response: Response, name: str, value: str) -> None:
+    """A cookie only this dashboard's pages get: HTTP-only, same-site strict, under the
+    mount path, and secure over HTTPS."""
+    response.set_cookie(
+        name,
+        value,
+        path=cookie_path(request),
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
 
 
 def error_page(request: Request, status: int, title: str, message: str) -> Response:
