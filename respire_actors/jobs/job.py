@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Generic, TypeVar
 
 import anyio
+import anyio.lowlevel
 
 from ..actors.messages import Complete, Completion, Delivery, RetryAfter
 from ..actors.options import duration_ms
@@ -95,6 +96,15 @@ class Job(Generic[T]):
             if self.cancel_scope is not None:
                 self.cancel_scope.cancel()
 
+    async def _raise_if_past_deadline(self) -> None:
+        """A fenced call made after this delivery's deadline (its fixed lease without renewal,
+        or its execution budget) raises the cancellation here, whatever order the event loop
+        runs the deadline's timer and the call's reply in."""
+        scope = self.cancel_scope
+        if scope is not None and anyio.current_time() >= scope.deadline:
+            scope.cancel()
+            await anyio.lowlevel.checkpoint()
+
     async def report_progress(self, percent: int) -> bool:
         """Append a progress event (integer 0-100). Returns False when this delivery is no
         longer current (acknowledged, recovered by another attempt, body deleted); the handler's
@@ -103,6 +113,7 @@ class Job(Generic[T]):
         """
         if isinstance(percent, bool) or not isinstance(percent, int) or not 0 <= percent <= 100:
             raise ValidationError("percent must be an integer from 0 to 100")
+        await self._raise_if_past_deadline()
         rt = self._rt
         ok = await _PROGRESS(
             rt.client,
@@ -135,6 +146,7 @@ class Job(Generic[T]):
             raise ValidationError(
                 f"log line is {len(data)} bytes; the limit is {policy.max_line_bytes}"
             )
+        await self._raise_if_past_deadline()
         rt = self._rt
         ok = await _LOG(
             rt.client,
