@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 from typing import Any
 
 import anyio
+import anyio.abc
 from helpers.waiting import text, wait_until, wait_until_async  # noqa: F401 - re-exported
 
 from respire_actors.actors.admission import Admission
@@ -177,3 +180,20 @@ async def restricted_client(
             yield restricted
     finally:
         await client.execute("ACL", "DELUSER", user)
+
+
+@asynccontextmanager
+async def python_process(script: str, *args: str) -> AsyncIterator[anyio.abc.Process]:
+    """``python -c script *args`` as a real process for the block (a worker to kill, say);
+    terminated, if still running, and reaped on exit."""
+    proc = await anyio.open_process(
+        [sys.executable, "-c", script, *args], stdout=subprocess.DEVNULL
+    )
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+        with anyio.fail_after(20, shield=True):
+            await proc.wait()
+            await proc.aclose()

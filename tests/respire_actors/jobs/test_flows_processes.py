@@ -5,15 +5,12 @@ parent queued exactly once; another process runs it to completion exactly once."
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import anyio
 import anyio.abc
 import pytest
-from jobs_helpers import fields_of, text, wait_until_async
+from jobs_helpers import fields_of, python_process, text, wait_until_async
 
 from respire_actors.jobs import FlowNode, JobQueue
 from respire_actors.redis.client import RedisClient
@@ -51,22 +48,10 @@ anyio.run(main)
 """
 
 
-@asynccontextmanager
-async def worker_process(
+def worker_process(
     server_url: str, queue: JobQueue[str], record: str, tag: str
-) -> AsyncIterator[anyio.abc.Process]:
-    proc = await anyio.open_process(
-        [sys.executable, "-c", WORKER_SCRIPT, server_url, queue.name, record, tag],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.terminate()
-        with anyio.fail_after(20, shield=True):
-            await proc.wait()
-            await proc.aclose()
+) -> AbstractAsyncContextManager[anyio.abc.Process]:
+    return python_process(WORKER_SCRIPT, server_url, queue.name, record, tag)
 
 
 @pytest.mark.parametrize("moment", ["activated", "running"])

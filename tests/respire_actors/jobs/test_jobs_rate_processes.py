@@ -6,16 +6,13 @@ second worker read nothing for 11-20 s and the crashed job came back after 15 s.
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from datetime import timedelta
 
 import anyio
 import anyio.abc
 import pytest
-from jobs_helpers import text, wait_until_async
+from jobs_helpers import python_process, text, wait_until_async
 
 from respire_actors.jobs import JobQueue, RateLimit
 from respire_actors.redis.client import RedisClient
@@ -51,22 +48,10 @@ anyio.run(main)
 """
 
 
-@asynccontextmanager
-async def worker_process(
+def worker_process(
     server_url: str, queue: JobQueue[str], record: str, tag: str
-) -> AsyncIterator[anyio.abc.Process]:
-    proc = await anyio.open_process(
-        [sys.executable, "-c", WORKER_SCRIPT, server_url, queue.name, record, tag],
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.terminate()
-        with anyio.fail_after(20, shield=True):
-            await proc.wait()
-            await proc.aclose()
+) -> AbstractAsyncContextManager[anyio.abc.Process]:
+    return python_process(WORKER_SCRIPT, server_url, queue.name, record, tag)
 
 
 async def records(client: RedisClient, record: str) -> list[str]:
