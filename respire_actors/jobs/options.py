@@ -33,20 +33,27 @@ MAX_JOB_ID_BYTES = 1024
 """Longest job id (and flow id), in UTF-8 bytes."""
 
 
+def validate_text(value: object, *, what: str, max_bytes: int) -> str:
+    """Check an application identifier (job, flow, group, schedule id): a nonblank,
+    valid-Unicode ``str`` of at most ``max_bytes`` UTF-8 bytes, never truncated. Raises
+    :class:`ValidationError` naming ``what`` (before anything is sent to Redis)."""
+    if not isinstance(value, str):
+        raise ValidationError(f"{what} must be a str, got {type(value).__name__}")
+    if not value.strip():
+        raise ValidationError(f"{what} must not be blank")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValidationError(f"{what} {value!r} is not valid Unicode") from None
+    if size > max_bytes:
+        raise ValidationError(f"{what} is {size} bytes; the limit is {max_bytes}")
+    return value
+
+
 def validate_job_id(job_id: object, *, what: str = "job id") -> str:
     """Check a job id (or, with ``what``, a flow id): a nonblank, valid-Unicode ``str`` of at
     most :data:`MAX_JOB_ID_BYTES` UTF-8 bytes. Raises :class:`ValidationError`."""
-    if not isinstance(job_id, str):
-        raise ValidationError(f"{what} must be a str, got {type(job_id).__name__}")
-    if not job_id.strip():
-        raise ValidationError(f"{what} must not be blank")
-    try:
-        size = len(job_id.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise ValidationError(f"{what} {job_id!r} is not valid Unicode") from None
-    if size > MAX_JOB_ID_BYTES:
-        raise ValidationError(f"{what} is {size} bytes; the limit is {MAX_JOB_ID_BYTES}")
-    return job_id
+    return validate_text(job_id, what=what, max_bytes=MAX_JOB_ID_BYTES)
 
 
 def validate_group(group: object) -> str:
@@ -54,17 +61,7 @@ def validate_group(group: object) -> str:
     :data:`MAX_GROUP_BYTES` UTF-8 bytes. The text is kept exactly (no trimming or case
     folding); braces, separators and NUL characters are fine, since a group never becomes part
     of a Redis key. Raises :class:`ValidationError` (before anything is sent to Redis)."""
-    if not isinstance(group, str):
-        raise ValidationError(f"group must be a str, got {type(group).__name__}")
-    if not group.strip():
-        raise ValidationError("group must not be blank")
-    try:
-        size = len(group.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise ValidationError(f"group {group!r} is not valid Unicode") from None
-    if size > MAX_GROUP_BYTES:
-        raise ValidationError(f"group is {size} bytes; the limit is {MAX_GROUP_BYTES}")
-    return group
+    return validate_text(group, what="group", max_bytes=MAX_GROUP_BYTES)
 
 
 @dataclass(frozen=True, slots=True)

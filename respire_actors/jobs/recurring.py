@@ -53,7 +53,7 @@ from ..errors import InvalidSchedule, ValidationError
 from ..keys import JobQueueKeys, validate_name
 from ..redis.client import RedisClient
 from ..redis.scripts import load, run_many
-from .options import duration_ms
+from .options import duration_ms, validate_text
 
 T = TypeVar("T")
 
@@ -152,17 +152,7 @@ def _check_budget(value: object, what: str) -> int:
 
 
 def validate_schedule_id(schedule_id: object) -> str:
-    if not isinstance(schedule_id, str):
-        raise ValidationError(f"schedule id must be a str, got {type(schedule_id).__name__}")
-    if not schedule_id.strip():
-        raise ValidationError("schedule id must not be blank")
-    try:
-        size = len(schedule_id.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise ValidationError(f"schedule id {schedule_id!r} is not valid Unicode") from None
-    if size > MAX_SCHEDULE_ID_BYTES:
-        raise ValidationError(f"schedule id is {size} bytes; the limit is {MAX_SCHEDULE_ID_BYTES}")
-    return schedule_id
+    return validate_text(schedule_id, what="schedule id", max_bytes=MAX_SCHEDULE_ID_BYTES)
 
 
 def interval_ms(value: object) -> int:
