@@ -35,6 +35,7 @@ from supervisors import (
 )
 
 from . import __version__
+from .chaos.cli import add_chaos_parser, run_chaos
 from .cli_admin import ADMIN_COMMANDS, add_admin_commands, run_admin_command
 from .embedded import DATA_DIR_ENV, EmbeddedConfig, run_embedded_server, running_server_url
 from .errors import ConfigurationError, RedisUnavailable, RespireError, ServerError
@@ -568,6 +569,16 @@ def _parser() -> argparse.ArgumentParser:
     server.add_argument("--backend", **backend)  # type: ignore[arg-type]
     add_admin_commands(sub, [common, server], EPILOG)
     _add_dashboard_parser(sub, common, backend)
+    chaos_server = argparse.ArgumentParser(add_help=False)
+    chaos_server.add_argument(
+        "--redis-url",
+        default=None,
+        metavar="URL",
+        help=f"the server for scenarios that only need a queue (default: ${DEFAULT_URL_ENV}, "
+        "else a throwaway server)",
+    )
+    chaos_server.add_argument("--backend", **backend)  # type: ignore[arg-type]
+    add_chaos_parser(sub, [common, chaos_server], EPILOG)
     return parser
 
 
@@ -775,6 +786,9 @@ def main(argv: list[str] | None = None) -> int:
             if not url:
                 raise StartupError(f"the dashboard needs --redis-url or ${DEFAULT_URL_ENV}")
             return anyio.run(run_dashboard, args, url, phase, backend=args.backend)
+        if args.command == "chaos":
+            phase["started"] = True
+            return anyio.run(run_chaos, args, url, backend=args.backend)
         if args.command in ADMIN_COMMANDS:
             return anyio.run(_admin, args, url, phase, backend=args.backend)
         return anyio.run(ping, url, args.data_dir, backend=args.backend)
