@@ -243,7 +243,8 @@ async def test_roles_on_a_cluster_need_only_the_slot_map_besides(
 ) -> None:
     """On Redis Cluster the documented extras (CLUSTER SLOTS, ASKING) are all a role needs
     more; ACL users are per node, so each node gets the same users."""
-    users = {role: f"{role}-{unique_name}" for role in ("producer", "scheduler", "worker")}
+    order = ("producer", "scheduler", "worker", "observer", "operator")  # each uses the last
+    users = {role: f"{role}-{unique_name}" for role in order}
     for role, user in users.items():
         for node in cluster_nodes.nodes:
             node.execute(
