@@ -64,6 +64,7 @@ async def running(
     *,
     options: WorkerOptions | None = None,
     with_queue_options: bool = True,
+    queue_opts: QueueOptions | None = None,
     recurring: bool = False,
 ) -> AsyncIterator[Worker]:
     """One worker serving every queue in ``names`` (same handler), stopped on exit."""
@@ -74,7 +75,7 @@ async def running(
             handler,
             StrCodec(),
             options or fast_options(),
-            queue_options=queue_options() if with_queue_options else None,
+            queue_options=(queue_opts or queue_options()) if with_queue_options else None,
             recurring=(
                 RecurringOptions(poll_interval=timedelta(milliseconds=50)) if recurring else None
             ),

@@ -14,7 +14,7 @@ from datetime import timedelta
 
 import anyio
 import pytest
-from cluster_helpers import fast_options, names_on_distinct_masters, running
+from cluster_helpers import fast_options, names_on_distinct_masters, queue_options, running
 from helpers.servers import Cluster
 from helpers.waiting import wait_until, wait_until_async
 
@@ -96,6 +96,9 @@ async def test_transactional_enqueue_on_one_queue_and_refused_across_slots(
     # two queues on two masters cannot share a transaction: refused before anything is sent
     async with cluster_client.transaction() as tx:
         a.enqueue_in(tx, "cross-a", "x")
+        with pytest.raises(ValidationError, match="one hash slot"):
+            b.enqueue_in(tx, "cross-b", "x")
+    async with cluster_client.transaction(a.keys.ready) as tx:  # a watched key decides too
         with pytest.raises(ValidationError, match="one hash slot"):
             b.enqueue_in(tx, "cross-b", "x")
     assert await cluster_client.execute("XLEN", a.keys.ready) == 1
@@ -207,7 +210,8 @@ async def test_fencing_on_each_master(cluster_client: RedisClient, names: list[s
 
 async def test_controls_on_three_masters(cluster_client: RedisClient, names: list[str]) -> None:
     """Pause on one master, a rate limit on another, batch cancellation and flow removal on
-    the third: each queue's control applies to it alone."""
+    the third, deletion of acknowledged entries on all: each queue's control applies to it
+    alone."""
     paused, limited, third = queues_of(cluster_client, names)
     ran: dict[str, list[str]] = {n: [] for n in names}
 
@@ -224,7 +228,8 @@ async def test_controls_on_three_masters(cluster_client: RedisClient, names: lis
     assert await third.cancel_batch(batch)
     await third.seal_batch(batch)
     assert await third.enqueue_flow("f", FlowNode("root", "r", [FlowNode("leaf", "l")]), CONTINUE)
-    async with running(cluster_client, names, handler) as worker:
+    deleting = queue_options(delete_acknowledged_entries=True)
+    async with running(cluster_client, names, handler, queue_opts=deleting) as worker:
         await wait_until(lambda: "cb" in ran[third.name] and "root" in ran[third.name])
         await wait_until(lambda: len(ran[limited.name]) == 5, timeout=15)
         assert worker.statistics(limited.name).rate_limited_reads >= 1
@@ -233,6 +238,9 @@ async def test_controls_on_three_masters(cluster_client: RedisClient, names: lis
         assert ran[paused.name] == []
         assert await paused.resume()
         await wait_until(lambda: ran[paused.name] == ["p"])
+    # acknowledged entries were deleted on every master
+    for q in (paused, limited, third):
+        assert await cluster_client.execute("XLEN", q.keys.ready) == 0
     # cancelled members were skipped, not run
     assert set(ran[third.name]) == {"cb", "leaf", "root"}
     status = await third.batch_status(batch)

@@ -29,6 +29,7 @@ from respire_actors.errors import (
 from respire_actors.jobs import ACK, Job, JobQueue, Outcome, Worker
 from respire_actors.jobs.worker import Registration
 from respire_actors.redis.client import RedisClient
+from respire_actors.streams import StreamWorker
 from supervisors import Backoff, ChildSpec, RestartIntensityExceeded, current_child
 
 pytestmark = pytest.mark.anyio
@@ -175,3 +176,5 @@ def test_restart_limits_are_checked(changes: dict[str, Any]) -> None:
         RestartLimits(**changes)
     with pytest.raises(ValidationError):
         Worker(restart_limits=object())  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        StreamWorker(restart_limits=object())  # type: ignore[arg-type]
