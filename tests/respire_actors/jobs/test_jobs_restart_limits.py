@@ -178,3 +178,36 @@ def test_restart_limits_are_checked(changes: dict[str, Any]) -> None:
         Worker(restart_limits=object())  # type: ignore[arg-type]
     with pytest.raises(ValidationError):
         StreamWorker(restart_limits=object())  # type: ignore[arg-type]
+
+
+async def test_jobs_in_flight_when_a_registration_gives_up_run_once(
+    client: RedisClient, unique_name: str
+) -> None:
+    """The registration gives up while its runners are busy and deliveries wait in its
+    mailbox: after the outage each job runs exactly once (nothing buffered is run a second
+    time by the new run's replay)."""
+    a_name, b_name = f"{unique_name}-a", f"{unique_name}-b"
+    a = JobQueue(client, a_name, StrCodec())
+    runs: Counter[str] = Counter()
+    breakage = Breakage()
+
+    async def handler(job: Job[str]) -> Outcome:
+        runs[job.id] += 1
+        await anyio.sleep(0.05)
+        return ACK
+
+    worker = FragileWorker(a_name, breakage)
+    for name in (a_name, b_name):
+        worker.register(name, handler, StrCodec(), fast_options(read_batch=8))
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        await a.enqueue_many([(f"j{i}", "x") for i in range(40)])
+        await wait_until(lambda: len(runs) >= 6)
+        breakage.error = RedisUnavailable("simulated outage")
+        stats = worker.statistics(a_name)
+        await wait_until(lambda: stats.outages >= 1)
+        breakage.error = None
+        await wait_until(lambda: len(runs) == 40, timeout=20)
+        await wait_until_async(lambda: _drained(client, a))
+        await worker.stop()
+    assert {k: v for k, v in runs.items() if v != 1} == {}
