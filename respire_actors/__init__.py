@@ -4,6 +4,7 @@ actors on anyio, running unchanged under trio or asyncio.
 See README.md and docs/ for the guide; every public name is re-exported here.
 """
 
+from .actors.restarts import RestartLimits
 from .clock import Clock, SystemClock
 from .codecs import (
     BytesCodec,
@@ -105,6 +106,7 @@ from .streams import StreamEntry, StreamWorker, StreamWorkerOptions
 __version__ = "0.1.0"
 
 __all__ = [
+    "RestartLimits",
     "CONTINUE",
     "FAIL_PARENT",
     "IGNORE",

@@ -31,13 +31,15 @@ CONNECT_COMMANDS: tuple[str, ...] = ("command|info",)
 _SCRIPTS = ("evalsha", "eval")
 
 ROLE_COMMANDS: Mapping[Role, tuple[str, ...]] = {
-    # enqueue, enqueue_many, enqueue_scheduled(_many) (delays, priorities, TTLs, groups) and
-    # the transactional *_in variants (MULTI/EXEC)
+    # enqueue, enqueue_many, enqueue_scheduled(_many) (delays, priorities, TTLs, groups), the
+    # transactional *_in variants (MULTI/EXEC), enqueue_flow, and batches (create_batch,
+    # add_to_batch, add_many_to_batch, seal_batch)
     "producer": (
         *_SCRIPTS,
         "multi",
         "exec",
         "type",
+        "exists",
         "time",
         "get",
         "set",
@@ -108,11 +110,13 @@ ROLE_COMMANDS: Mapping[Role, tuple[str, ...]] = {
         "zscore",
         "zrangebylex",
     ),
-    # read_events, get_state, get_logs, status, result, read_metrics
+    # read_events, get_state, get_logs, status, result, read_metrics, flow_results,
+    # batch_status
     "observer": (
         *_SCRIPTS,
         "type",
         "time",
+        "get",
         "hget",
         "hmget",
         "hgetall",
@@ -123,11 +127,15 @@ ROLE_COMMANDS: Mapping[Role, tuple[str, ...]] = {
     # pause / resume, set_rate_limit, group options and pause, get_group, list_groups,
     # read_dead_letters, get_state; the operator API (respire_actors.admin) and the operator
     # commands of the CLI: queue registry, summaries, pending / scheduled / dead-letter pages,
-    # job detail, dead-letter retry and removal, safe trims
+    # job detail, dead-letter retry and removal, safe trims; flows and batches: flow_results,
+    # remove_flow, batch_status, cancel_batch, remove_batch
     "operator": (
         *_SCRIPTS,
         "type",
         "time",
+        "get",
+        "set",
+        "del",
         "hget",
         "hmget",
         "hset",

@@ -21,7 +21,7 @@ import anyio.abc
 
 from supervisors import current_child
 
-from ..errors import RedisUnavailable, ServerError
+from ..errors import RedisUnavailable, ServerError, ServerLoading
 from .intake import dispatch_page, group_lost, jittered
 from .options import duration_ms
 from .runtime import QueueRuntime, log
@@ -76,6 +76,12 @@ async def run_reader(
                             rt.visibility_ms,
                             rt.delivery_limit,
                         )
+            except (RedisUnavailable, ServerLoading) as exc:  # an outage: wait it out
+                rt.admission.release(taken)
+                log.warning("reader for %s: %s; retrying in %.2fs", rt.name, exc, backoff)
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, 3.2)
+                continue
             except ServerError as exc:
                 rt.admission.release(taken)
                 if exc.code == "NOGROUP":
@@ -83,12 +89,6 @@ async def run_reader(
                         continue
                     break
                 raise
-            except RedisUnavailable as exc:
-                rt.admission.release(taken)
-                log.warning("reader for %s: %s; retrying in %.2fs", rt.name, exc, backoff)
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, 3.2)
-                continue
             except BaseException:
                 rt.admission.release(taken)
                 raise
@@ -139,7 +139,7 @@ async def run_reader(
                     await blocking.execute(
                         "XREAD", "COUNT", 1, "BLOCK", wait_ms, "STREAMS", *streams
                     )
-                except RedisUnavailable:
+                except (RedisUnavailable, ServerLoading):
                     await anyio.sleep(backoff)
     if rt.stopping.is_set() and not ctx.stop_requested:
         with ctx.stop_scope():  # a fatal error is stopping the tree; no restart wanted

@@ -94,6 +94,9 @@ class WorkerStatistics:
     leases_renewed: int = 0
     renewal_failures: int = 0
     leases_expired: int = 0
+    # times this registration's actors gave up on a transient error (the server or its slot
+    # unreachable or loading) and were started again after a backoff (actors/restarts.py)
+    outages: int = 0
     # committed dead letters by fixed reason (see actors/metrics.note_dead_letter)
     dead_letter_reasons: dict[str, int] = field(default_factory=dict)
 

@@ -13,7 +13,7 @@ import anyio.abc
 
 from supervisors import current_child
 
-from ..errors import RedisUnavailable, ServerError
+from ..errors import RedisUnavailable, ServerError, ServerLoading
 from .intake import dispatch_page, group_lost, jittered
 from .options import duration_ms
 from .runtime import QueueRuntime, log
@@ -104,7 +104,7 @@ async def run_sweeper(
             if complete and mode == "replay":
                 mode = "recover"
                 rt.replay_done.set()
-        except RedisUnavailable as exc:
+        except (RedisUnavailable, ServerLoading) as exc:  # an outage: the next pass retries
             log.warning("recovery for %s: %s", rt.name, exc)
         except ServerError as exc:
             if exc.code != "NOGROUP":

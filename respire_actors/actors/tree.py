@@ -9,7 +9,6 @@ import anyio
 import anyio.abc
 
 from supervisors import (
-    Backoff,
     ChildSpec,
     Restart,
     StartError,
@@ -19,12 +18,13 @@ from supervisors import (
     current_child,
 )
 
-from ..errors import RespireError
+from ..errors import RespireError, ValidationError
 from ..startup import retry_while_loading
 from .completer import run_completer
 from .options import duration_ms
 from .reader import run_reader
 from .renewer import run_renewer
+from .restarts import RegistrationSupervisor, RestartLimits
 from .runner import run_runner_pool
 from .runtime import QueueRuntime, WorkerStatistics, log
 from .sampler import run_sampler
@@ -68,6 +68,7 @@ def consumer_supervisor(
     *,
     recovery: bool = True,
     before_reader: Sequence[ChildSpec] = (),
+    limits: RestartLimits | None = None,
 ) -> Supervisor:
     """``membership, sampler, completer, [renewer], runners, [sweeper], *before_reader,
     reader`` under one_for_one.
@@ -79,7 +80,8 @@ def consumer_supervisor(
     shutdown grace keep their leases. Started in that order and stopped in reverse: intake stops
     first, runners get the shutdown grace, the completer drains last. Without ``recovery`` no
     sweeper runs (no startup replay, no visibility recovery), and the reader does not wait for a
-    replay.
+    replay. ``limits`` (default ``RestartLimits()``) bound the actors' restarts; the returned
+    supervisor waits out transient outages (see :class:`RegistrationSupervisor`).
     """
     grace = duration_ms(rt.options.shutdown_grace, what="shutdown_grace", allow_zero=True) / 1000
     io = rt.client.settings.command_timeout + 1
@@ -97,17 +99,18 @@ def consumer_supervisor(
         rt.replay_done.set()
     children += list(before_reader)
     children.append(ChildSpec("reader", run_reader, rt, shutdown=io))
-    return Supervisor(
-        name, children, max_restarts=10, period=30.0, backoff=Backoff(initial=0.1, maximum=5.0)
-    )
+    return RegistrationSupervisor(name, children, limits or RestartLimits(), rt.stats)
 
 
 class ConsumerHost:
     """What job workers and stream workers share: a root supervisor over one consumer
     supervisor per registration, graceful stop, statistics and snapshots."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, restart_limits: RestartLimits | None = None) -> None:
+        if restart_limits is not None and not isinstance(restart_limits, RestartLimits):
+            raise ValidationError("restart_limits must be a RestartLimits or None")
         self.name = name
+        self.restart_limits = restart_limits or RestartLimits()
         self._runtimes: dict[str, QueueRuntime] = {}
         self._supervisor: Supervisor | None = None
         self._fatal: BaseException | None = None
@@ -124,8 +127,8 @@ class ConsumerHost:
         self._supervisor = Supervisor(
             self.name,
             [s.child_spec(restart=Restart.PERMANENT, shutdown=math.inf) for s in children],
-            max_restarts=3,
-            period=60.0,
+            max_restarts=self.restart_limits.root_max_restarts,
+            period=self.restart_limits.root_period,
         )
         return self._supervisor
 

@@ -41,6 +41,7 @@ from ..actors.options import (
     default_consumer_name,
 )
 from ..actors.promoter import run_promoter
+from ..actors.restarts import RestartLimits
 from ..actors.retention_keeper import KeeperStatistics, run_retention_keeper
 from ..actors.runtime import Handler, QueueRuntime, check_handler
 from ..actors.ticker import TickerStatistics, run_ticker
@@ -87,9 +88,11 @@ class Worker(ConsumerHost):
             await worker.run(client)       # or: python -m respire_actors serve app:worker
     """
 
-    def __init__(self, name: str = "worker") -> None:
+    def __init__(
+        self, name: str = "worker", *, restart_limits: RestartLimits | None = None
+    ) -> None:
         validate_name(name, what="worker name")
-        super().__init__(name)
+        super().__init__(name, restart_limits)
         self._registrations: dict[str, Registration] = {}
         self._ticker_stats: dict[str, TickerStatistics] = {}
         self._keeper_stats: dict[str, KeeperStatistics] = {}
@@ -249,7 +252,11 @@ class Worker(ConsumerHost):
             if reg.recurring is not None:
                 extra.append(self._ticker(client, reg))
             extra.append(self._keeper(client, reg))
-            queue_sups.append(consumer_supervisor(f"queue:{reg.queue}", rt, before_reader=extra))
+            queue_sups.append(
+                consumer_supervisor(
+                    f"queue:{reg.queue}", rt, before_reader=extra, limits=self.restart_limits
+                )
+            )
         return self._root(queue_sups)
 
     async def run(

@@ -1054,6 +1054,10 @@ class Pending(Generic[T]):
         return cast(T, self._value)
 
 
+def _key_text(key: Arg) -> str:
+    return key.decode(errors="replace") if isinstance(key, bytes) else str(key)
+
+
 class Transaction(AbstractAsyncContextManager["Transaction"]):
     """MULTI/EXEC, with optional WATCH.
 
@@ -1082,6 +1086,8 @@ class Transaction(AbstractAsyncContextManager["Transaction"]):
         self._pool: DedicatedPool | None = None
         self._open = False
         self._finished = False
+        self._slot: int | None = None  # cluster clients: the one slot every key must hash to
+        self._slot_key: Arg = ""
 
     @property
     def client(self) -> RedisClient:
@@ -1139,12 +1145,34 @@ class Transaction(AbstractAsyncContextManager["Transaction"]):
         return reply
 
     def queue(self, *args: Arg, convert: Callable[[Any], T] | None = None) -> Pending[T]:
-        """Queue a command for EXEC; returns its :class:`Pending` result."""
+        """Queue a command for EXEC; returns its :class:`Pending` result.
+
+        On a cluster client, a command with a key outside the slot of the transaction's
+        earlier keys (watched or queued) raises :class:`ValidationError` here, before anything
+        is sent: the server would refuse the whole transaction."""
         if self._finished or not self._open:
             raise RuntimeError("the transaction is not open")
+        if self._client._router is not None:
+            self._check_slot(args)
         pending: Pending[T] = Pending(convert)
         self._commands.append((tuple(args), pending))
         return pending
+
+    def _check_slot(self, args: Sequence[Arg]) -> None:
+        keys: list[Arg] = [*self._watch]
+        if args:
+            rest = args[1:]
+            keys += [rest[i] for i in key_indices(command_name(args[0]), rest)]
+        for key in keys:
+            slot = key_slot(key)
+            if self._slot is None:
+                self._slot, self._slot_key = slot, key
+            elif slot != self._slot:
+                raise ValidationError(
+                    f"a cluster transaction keeps every key in one hash slot: {_key_text(key)!r} "
+                    f"hashes to slot {slot}, {_key_text(self._slot_key)!r} to slot {self._slot} "
+                    "(give the keys one hash tag, or use one transaction per queue)"
+                )
 
     async def commit(self) -> bool:
         """Send MULTI, the queued commands and EXEC. Returns False if a WATCHed key changed

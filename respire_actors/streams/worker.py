@@ -24,6 +24,7 @@ from ..actors._util import text
 from ..actors.admission import Admission
 from ..actors.messages import Completion, Delivery
 from ..actors.options import WorkerOptions, default_consumer_name, is_entry_id
+from ..actors.restarts import RestartLimits
 from ..actors.runtime import QueueRuntime, check_handler
 from ..actors.source import (
     ClaimResult,
@@ -291,9 +292,11 @@ class StreamWorker(ConsumerHost):
     Stream keys are used exactly as given (no client key prefix: the stream is yours).
     """
 
-    def __init__(self, name: str = "streams") -> None:
+    def __init__(
+        self, name: str = "streams", *, restart_limits: RestartLimits | None = None
+    ) -> None:
         validate_name(name, what="worker name")
-        super().__init__(name)
+        super().__init__(name, restart_limits)
         self._registrations: dict[str, StreamRegistration] = {}
 
     def register(
@@ -392,7 +395,12 @@ class StreamWorker(ConsumerHost):
             rt.on_fatal = self._on_fatal
             self._runtimes[reg.stream] = rt
             sups.append(
-                consumer_supervisor(f"stream:{reg.stream}", rt, recovery=reg.options.recovery)
+                consumer_supervisor(
+                    f"stream:{reg.stream}",
+                    rt,
+                    recovery=reg.options.recovery,
+                    limits=self.restart_limits,
+                )
             )
         return self._root(sups)
 

@@ -32,10 +32,11 @@ from respire_actors.redis.client import RedisClient, connect
 pytestmark = pytest.mark.anyio
 
 TOKEN = "test-token-0123456789"
-DASHBOARD_EXTRA = ("+xread", "+get")
-"""What the dashboard needs beyond the operator role: live events, flow results."""
+DASHBOARD_EXTRA = ("+xread",)
+"""What the dashboard needs beyond the operator role: live events."""
 READ_ONLY_WITHHELD = tuple(
-    f"-{c}" for c in ("hset", "hdel", "zadd", "zrem", "xadd", "xdel", "xtrim", "sadd", "srem")
+    f"-{c}"
+    for c in ("set", "del", "hset", "hdel", "zadd", "zrem", "xadd", "xdel", "xtrim", "sadd", "srem")
 )
 """The operator role's write commands, withheld from a read-only dashboard's user."""
 

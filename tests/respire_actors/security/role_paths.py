@@ -15,6 +15,8 @@ import anyio
 from respire_actors.codecs import StrCodec
 from respire_actors.jobs import (
     ACK,
+    Callback,
+    FlowNode,
     JobEnqueueOptions,
     JobQueue,
     Outcome,
@@ -30,6 +32,13 @@ from respire_actors.redis.client import RedisClient
 JOBS = ("plain", "many-1", "many-2", "tx", "later", "grouped", "flaky")
 """Job ids the producer path enqueues (``later`` delayed, ``grouped`` in group ``g``,
 ``flaky`` fails once and is retried with backoff)."""
+
+FLOW_JOBS = ("flow-root", "flow-leaf-1", "flow-leaf-2")
+"""The producer's flow ``flow``: a root whose two leaves run first."""
+
+BATCH_JOBS = ("batch-1", "batch-2", "batch-3", "batch-done")
+"""The producer's sealed batch ``batch`` and its ``on_complete`` callback (it also leaves an
+empty batch ``open`` unsealed)."""
 
 
 def queue_of(client: RedisClient, name: str) -> JobQueue[str]:
@@ -51,6 +60,23 @@ async def producer_path(client: RedisClient, name: str) -> None:
     await queue.enqueue_scheduled_many([("flaky", "f")], JobEnqueueOptions(ttl=60))
     again = await queue.enqueue("plain", "p")  # a duplicate: the dedup record is read back
     assert not again.enqueued
+    await flow_and_batch_path(client, name)
+
+
+async def flow_and_batch_path(client: RedisClient, name: str) -> None:
+    """A flow and a sealed batch with a callback (the producer's coordinated enqueues)."""
+    queue = queue_of(client, name)
+    tree = FlowNode("flow-root", "r", [FlowNode("flow-leaf-1", "1"), FlowNode("flow-leaf-2", "2")])
+    assert await queue.enqueue_flow("flow", tree)
+    assert not await queue.enqueue_flow("flow", tree)  # flow ids deduplicate
+    batch = await queue.create_batch(on_complete=Callback("batch-done", "c"), batch_id="batch")
+    assert await queue.add_to_batch(batch, "batch-1", "1")
+    assert await queue.add_many_to_batch(batch, [("batch-2", "2"), ("batch-3", "3")]) == [
+        True,
+        True,
+    ]
+    assert await queue.seal_batch(batch)
+    assert await queue.create_batch(batch_id="open") == "open"  # left open, empty
 
 
 async def scheduler_path(client: RedisClient, name: str) -> None:
@@ -92,7 +118,9 @@ async def worker_path(client: RedisClient, name: str, *, expect: set[str] | None
     done: set[str] = set()
     failed_once: set[str] = set()
     ticks = 0
-    wanted = set(JOBS) | {"tx-later"} if expect is None else expect
+    wanted = set(JOBS) | set(FLOW_JOBS) | set(BATCH_JOBS) | {"tx-later"}
+    if expect is not None:
+        wanted = expect
     finished = anyio.Event()
 
     def check() -> None:
@@ -149,7 +177,12 @@ async def observer_path(client: RedisClient, name: str) -> None:
     status = await queue.status("plain")
     assert status.state == "completed"
     assert await queue.result("plain", timeout=1) is None
-    await queue.read_metrics(5)
+    metrics = await queue.read_metrics(5)
+    assert sum(m.completed for m in metrics) >= len(JOBS)
+    flow = await queue.flow_results("flow")
+    assert [(n.id, n.status) for n in flow] == [(j, "completed") for j in FLOW_JOBS]
+    batch = await queue.batch_status("batch")
+    assert batch is not None and batch.completed and batch.succeeded == 3
 
 
 async def operator_path(client: RedisClient, name: str) -> None:
@@ -165,3 +198,9 @@ async def operator_path(client: RedisClient, name: str) -> None:
     await queue.list_groups()
     await queue.read_dead_letters(10)
     await queue.get_state()
+    # coordinated work: inspect a flow, cancel a batch (its queued members are skipped)
+    assert [n.id for n in await queue.flow_results("flow")] == list(FLOW_JOBS)
+    status = await queue.batch_status("batch")
+    assert status is not None
+    # True while members are pending (the producer's batch before any worker ran)
+    assert await queue.cancel_batch("batch") is not status.completed

@@ -19,7 +19,7 @@ from helpers.servers import Cluster
 from respire_actors.acl import ROLE_COMMANDS, ROLES, Role, acl_rules
 from respire_actors.codecs import StrCodec
 from respire_actors.errors import PermissionDenied, ValidationError
-from respire_actors.jobs import ACK, JobQueue, Outcome, Worker
+from respire_actors.jobs import ACK, FlowNode, JobQueue, Outcome, Worker
 from respire_actors.jobs.job import Job
 from respire_actors.keys import job_queue_key_pattern
 from respire_actors.redis.client import RedisClient, connect
@@ -87,6 +87,21 @@ async def test_a_prefixed_role_is_confined_to_its_prefix(
             await JobQueue(unprefixed, unique_name, StrCodec()).enqueue("b", "x")
 
 
+async def test_the_operator_removes_finished_flows_and_batches(
+    client: RedisClient, server_url: str, unique_name: str
+) -> None:
+    for earlier in ("producer", "scheduler", "worker"):
+        await PATHS[earlier](client, unique_name)
+    user = f"operator-{unique_name}"
+    async with acl_user(client, server_url, user, acl_rules("operator", (unique_name,))) as c:
+        queue = JobQueue(c, unique_name, StrCodec())
+        assert await queue.remove_flow("flow")
+        assert await queue.remove_batch("batch")
+        assert await queue.flow_results("flow") == []
+        assert await queue.batch_status("batch") is None
+        assert await acl_denials(client, user) == []
+
+
 def test_rules_refuse_unknown_roles_and_names() -> None:
     with pytest.raises(ValidationError):
         acl_rules("admin")  # type: ignore[arg-type]
@@ -123,6 +138,23 @@ async def _read_metrics(c: RedisClient, name: str) -> None:
     await JobQueue(c, name, StrCodec()).read_metrics(5)
 
 
+async def _enqueue_flow(c: RedisClient, name: str) -> None:
+    tree = FlowNode("f2-root", "r", [FlowNode("f2-leaf", "l")])
+    await JobQueue(c, name, StrCodec()).enqueue_flow("f2", tree)
+
+
+async def _add_to_batch(c: RedisClient, name: str) -> None:
+    await JobQueue(c, name, StrCodec()).add_to_batch("open", "batch-4", "4")
+
+
+async def _flow_results(c: RedisClient, name: str) -> None:
+    await JobQueue(c, name, StrCodec()).flow_results("flow")
+
+
+async def _cancel_batch(c: RedisClient, name: str) -> None:
+    await JobQueue(c, name, StrCodec()).cancel_batch("batch")
+
+
 MISSING: list[tuple[Role, str, Path]] = [
     ("producer", "type", _enqueue),  # the preflight checks TYPE before calling it
     ("producer", "xdel", _enqueue),  # needed to roll an append back
@@ -130,6 +162,10 @@ MISSING: list[tuple[Role, str, Path]] = [
     ("operator", "xadd", _pause),  # the paused event
     ("observer", "lrange", _get_logs),
     ("observer", "type", _read_metrics),
+    ("producer", "exists", _enqueue_flow),  # the flow marker
+    ("producer", "set", _add_to_batch),  # the batch state
+    ("observer", "get", _flow_results),
+    ("operator", "set", _cancel_batch),
 ]
 
 
@@ -207,7 +243,8 @@ async def test_roles_on_a_cluster_need_only_the_slot_map_besides(
 ) -> None:
     """On Redis Cluster the documented extras (CLUSTER SLOTS, ASKING) are all a role needs
     more; ACL users are per node, so each node gets the same users."""
-    users = {role: f"{role}-{unique_name}" for role in ("producer", "scheduler", "worker")}
+    order = ("producer", "scheduler", "worker", "observer", "operator")  # each uses the last
+    users = {role: f"{role}-{unique_name}" for role in order}
     for role, user in users.items():
         for node in cluster_nodes.nodes:
             node.execute(

@@ -1,0 +1,166 @@
+"""One queue's outage never stops the other queues of a worker (docs/architecture.md,
+"Restart policy"): a worker serves queue A on one master and queue B on another of a private
+3-master cluster; A's master is frozen (SIGSTOP) for longer than the tree's (small, test-sized)
+restart limits would tolerate, B keeps processing, and A resumes once its master is back, with
+every job run exactly once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+from cluster_helpers import fast_options, names_on_distinct_masters
+from helpers.servers import Cluster, ValkeyProcess, key_slot, start_cluster
+from helpers.waiting import wait_until, wait_until_async
+
+from respire_actors import RestartLimits
+from respire_actors.codecs import StrCodec
+from respire_actors.jobs import ACK, Job, JobQueue, Outcome, Worker
+from respire_actors.jobs.options import CONSUMER_GROUP
+from respire_actors.keys import JobQueueKeys
+from respire_actors.redis.client import RedisClient, connect
+from supervisors import Backoff
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+LIMITS = RestartLimits(
+    actor_max_restarts=2,
+    actor_period=2.0,
+    actor_backoff=Backoff(initial=0.05, maximum=0.2),
+    outage_backoff=Backoff(initial=0.2, maximum=0.5),
+    root_max_restarts=0,
+    root_period=60.0,
+)
+"""Small limits: a few seconds of failing actors exceed them many times over, and a single
+escalation to the root would stop the worker."""
+
+OUTAGE = 6.0
+
+
+@pytest.fixture
+def three_masters(tmp_path: Path) -> Iterator[Cluster]:
+    cluster = start_cluster(tmp_path / "cluster", masters=3)
+    try:
+        # the two live masters are a majority and, once the frozen one is marked failed, keep
+        # serving their own slots
+        for node in cluster.nodes:
+            node.execute("CONFIG", "SET", "cluster-require-full-coverage", "no")
+        yield cluster
+    finally:
+        for node in cluster.nodes:
+            os.kill(node.pid, signal.SIGCONT)
+        cluster.stop()
+
+
+async def pending(client: RedisClient, queue: JobQueue[str]) -> int:
+    return int((await client.execute("XPENDING", queue.keys.ready, CONSUMER_GROUP))[0])
+
+
+async def keep_b_busy(b: JobQueue[str], runs: Counter[str], seconds: float, tag: str) -> int:
+    """Enqueue on B and wait for each job to run, for ``seconds``; returns how many ran."""
+    deadline = anyio.current_time() + seconds
+    i = 0
+    while anyio.current_time() < deadline:
+        await b.enqueue(f"{tag}{i}", "x")
+        await wait_until(lambda n=i: runs[f"{b.name}:{tag}{n}"] == 1, timeout=5)
+        i += 1
+        await anyio.sleep(0.1)
+    return i
+
+
+def fill_node(node: ValkeyProcess, tag: str, count: int) -> None:
+    """``count`` keys of one hash tag (one slot of ``node``), for a long reload."""
+    with node.sync_client(timeout=30) as conn:
+        for start in range(0, count, 1000):
+            batch = range(start, min(count, start + 1000))
+            for n in batch:
+                conn.send("SET", f"{{{tag}}}:filler:{n}", "x")
+            for _ in batch:
+                conn.read_reply()
+
+
+def reload_slowly(node: ValkeyProcess) -> float:
+    """DEBUG RELOAD: the node answers LOADING to everyone else until it has reloaded; returns
+    how long that took."""
+    started = time.monotonic()
+    with node.sync_client(timeout=60) as conn:
+        conn.execute("DEBUG", "RELOAD")
+    return time.monotonic() - started
+
+
+async def _reload(node: ValkeyProcess, took: list[float]) -> None:
+    took.append(await anyio.to_thread.run_sync(reload_slowly, node))
+
+
+async def test_an_outage_of_one_master_stops_only_its_own_queue(
+    three_masters: Cluster, unique_name: str
+) -> None:
+    """Phase 1: A's master frozen (SIGSTOP) for longer than the restart limits; its commands
+    time out. Phase 2: A's master reloads its data set and answers LOADING for seconds, with
+    A's completions in flight. B is served all along; A's actors wait both out (nothing is
+    restarted, nothing escalates: ``root_max_restarts=0`` would stop the worker at once)."""
+    a_name, b_name, _ = names_on_distinct_masters(three_masters, unique_name, 3)
+    node = three_masters.owner_of(key_slot(JobQueueKeys(a_name).ready))
+    runs: Counter[str] = Counter()
+
+    async def handler(job: Job[str]) -> Outcome:
+        runs[f"{job.queue}:{job.id}"] += 1
+        if job.queue == a_name:
+            await anyio.sleep(0.3)  # in flight when the master freezes
+        return ACK
+
+    async with connect(three_masters.url, command_timeout=0.5, connect_timeout=0.5) as client:
+        a, b = JobQueue(client, a_name, StrCodec()), JobQueue(client, b_name, StrCodec())
+        worker = Worker(restart_limits=LIMITS)
+        for name in (a_name, b_name):
+            worker.register(name, handler, StrCodec(), fast_options(delivery_limit=10))
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run, client)
+            # phase 1: frozen
+            await a.enqueue_many([(f"a{i}", "x") for i in range(4)])
+            await wait_until(lambda: runs[f"{a_name}:a0"] == 1)
+            os.kill(node.pid, signal.SIGSTOP)
+            try:
+                served = await keep_b_busy(b, runs, OUTAGE, "frozen")
+            finally:
+                os.kill(node.pid, signal.SIGCONT)
+            assert served >= 20  # B kept processing all along
+            await a.enqueue_many([(f"a{i}", "x") for i in range(4, 8)])
+            await wait_until(lambda: all(runs[f"{a_name}:a{j}"] for j in range(8)), timeout=30)
+            # phase 2: loading, with A's completions in flight
+            fill_node(node, JobQueueKeys(a_name).ready.split("}")[0][1:], 20_000)  # A's slot
+            node.execute("CONFIG", "SET", "key-load-delay", "300")
+            node.execute("CONFIG", "SET", "loading-process-events-interval-bytes", "1024")
+            await a.enqueue_many([(f"a{i}", "x") for i in range(8, 12)])
+            await wait_until(lambda: runs[f"{a_name}:a8"] == 1)
+            reloaded: list[float] = []
+            async with anyio.create_task_group() as reload:
+                reload.start_soon(_reload, node, reloaded)
+                served = await keep_b_busy(b, runs, 3.0, "loading")
+            assert reloaded[0] >= 3.0 and served >= 10  # B ran while A's master was loading
+            node.execute("CONFIG", "SET", "key-load-delay", "0")
+            await a.enqueue_many([(f"a{i}", "x") for i in range(12, 16)])
+            await wait_until(lambda: all(runs[f"{a_name}:a{j}"] for j in range(16)), timeout=30)
+            await wait_until_async(lambda: _drained(client, a), timeout=30)
+            snapshot = worker.snapshot()
+            await worker.stop()
+        assert snapshot is not None
+        assert snapshot.restarts_in_period == 0  # nothing escalated to the root
+        (queue_a,) = [c for c in snapshot.children if c.name == f"queue:{a_name}"]
+        assert queue_a.supervisor is not None
+        assert [c.restart_count for c in queue_a.supervisor.children] == [0] * len(
+            queue_a.supervisor.children
+        )  # a frozen or loading server is an outage to wait out, not a crash
+        assert {k: v for k, v in runs.items() if v != 1} == {}  # each job ran once
+        assert await pending(client, b) == 0
+
+
+async def _drained(client: RedisClient, queue: JobQueue[str]) -> bool:
+    return await pending(client, queue) == 0
