@@ -28,17 +28,30 @@ local function respire_backlog_limit(control)
   return tonumber(limit), nil
 end
 
+-- XLEN of a stream key; or nil and a permission or type error (nothing was written).
+local function respire_backlog_len(key)
+  if not redis.acl_check_cmd('XLEN', key) then return nil, respire_expect_perm('XLEN', key) end
+  local n = redis.pcall('XLEN', key)
+  if type(n) == 'table' and n.err then
+    return nil, respire_expect_type(key, 'stream') or redis.error_reply(n.err)
+  end
+  return n, nil
+end
+
 -- The backlog of the queue; or nil and an error reply. Reads only. With a number `cap`, a
 -- backlog over `cap` may be answered by an upper bound and an undelivered count the server
 -- cannot give is counted by XRANGE only as far as `cap` needs; with `cap` nil the figure is
 -- exact (that XRANGE is then unbounded: an observer's read, never an enqueue's).
 local function respire_backlog_count(ready, scheduled, cap)
-  local err = respire_preflight({{ready, 'stream'}, {scheduled, 'stream'}},
-    {{'XLEN', ready}, {'XLEN', scheduled}, {'XINFO', 'GROUPS', ready},
-     {'XRANGE', ready, '-', '+', 'COUNT', '1'}})
+  local staged, stored, err
+  staged, err = respire_backlog_len(scheduled)
   if err then return nil, err end
-  local staged, stored = redis.call('XLEN', scheduled), redis.call('XLEN', ready)
+  stored, err = respire_backlog_len(ready)
+  if err then return nil, err end
   if stored == 0 or (cap and stored + staged <= cap) then return stored + staged, nil end
+  err = respire_preflight({}, {{'XINFO', 'GROUPS', ready},
+                               {'XRANGE', ready, '-', '+', 'COUNT', '1'}})
+  if err then return nil, err end
   for _, flat in ipairs(redis.call('XINFO', 'GROUPS', ready)) do
     local info = {}
     for i = 1, #flat, 2 do info[flat[i]] = flat[i + 1] end
