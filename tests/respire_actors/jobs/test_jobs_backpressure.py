@@ -180,10 +180,9 @@ async def test_wait_retries_until_the_backlog_drains(
     with pytest.raises(QueueFull):
         await queue.enqueue("second", "x", wait=0.2)
     assert anyio.current_time() - started >= 0.2
-    done = anyio.Event()
+    accepted = anyio.Event()
 
     async def handler(job: Job[str]) -> object:
-        done.set()
         return ACK
 
     async with anyio.create_task_group() as tg:
@@ -192,15 +191,14 @@ async def test_wait_retries_until_the_backlog_drains(
         async def produce() -> None:
             nonlocal result
             result = await queue.enqueue("second", "x", wait=timedelta(seconds=20))
+            accepted.set()
 
         tg.start_soon(produce)
         await anyio.sleep(0.1)
         assert result is None  # still waiting: the queue is full
         async with running_worker(client, queue.name, handler):
             with anyio.fail_after(20):
-                await done.wait()
-                while result is None:
-                    await anyio.sleep(0.01)
+                await accepted.wait()
     assert result is not None and result.enqueued
 
 
