@@ -77,7 +77,7 @@ def max_running(effects: Path, pid: int | None = None) -> int:
 class FillAndBackpressure:
     number: ClassVar[int] = 5
     name: ClassVar[str] = NAME
-    title: ClassVar[str] = "a bounded queue under racing producers; bounded recovery after an outage"
+    title: ClassVar[str] = "a bounded queue under racing producers; bounded recovery after outage"
     ci: ClassVar[bool] = True
     own_servers: ClassVar[bool] = False
 
