@@ -4,10 +4,11 @@
 -- KEYS[1]  control hash (field max_backlog)
 -- KEYS[2]  ready stream
 -- KEYS[3]  staging stream (:scheduled)
--- ARGV[1]  'set' (ARGV[2]: the bound, 1 .. 2^31-1), 'clear' or 'read'
+-- ARGV[1]  'set', 'clear' or 'read'
+-- ARGV[2]  the bound for 'set' (1 .. 2^31-1)
 --
--- 'set' / 'clear' return 1 when the stored bound changed, else 0. 'read' returns {backlog,
--- bound} with bound -1 when none is set (exact; see respire_backlog_count for its cost).
+-- Returns, for 'set' / 'clear', 1 when the stored bound changed, else 0; for 'read',
+-- {backlog, bound} with bound -1 when none is set (exact; see respire_backlog_count).
 -- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM (nothing written).
 --!include lib/preflight.lua
 --!include lib/backlog.lua
