@@ -33,7 +33,8 @@ _SCRIPTS = ("evalsha", "eval")
 ROLE_COMMANDS: Mapping[Role, tuple[str, ...]] = {
     # enqueue, enqueue_many, enqueue_scheduled(_many) (delays, priorities, TTLs, groups), the
     # transactional *_in variants (MULTI/EXEC), enqueue_flow, and batches (create_batch,
-    # add_to_batch, add_many_to_batch, seal_batch)
+    # add_to_batch, add_many_to_batch, seal_batch); the backlog bound's check (HGET, and
+    # under a bound XLEN, XINFO GROUPS, XRANGE)
     "producer": (
         *_SCRIPTS,
         "multi",
@@ -48,8 +49,12 @@ ROLE_COMMANDS: Mapping[Role, tuple[str, ...]] = {
         "zadd",
         "zrem",
         "zscore",
+        "hget",
         "hdel",
         "hincrby",
+        "xlen",
+        "xinfo|groups",
+        "xrange",
     ),
     # a Worker registration with QueueOptions (promotion, durable retries, rate limit,
     # metrics, deletion of acknowledged entries), groups, the recurring ticker, kept results,

@@ -17,6 +17,8 @@
     │   └── ClusterReconfiguring            a slot is migrating / the cluster is down for it;
     │                                       the command did NOT run (safe to repeat)
     ├── UnsupportedServer                   the server is older than Redis 7.0
+    ├── QueueFull                           the queue's backlog bound is reached; nothing was
+    │                                       enqueued (the command did not run its writes)
     ├── FlowError                           a parent/child job flow operation was refused
     │   ├── InvalidFlow (also ValidationError)  a tree or flow argument refused before sending
     │   │   ├── FlowCycle                   a node is its own ancestor
@@ -109,6 +111,23 @@ class ClusterReconfiguring(RedisUnavailable):
     the runtime's actors wait it out with backoff. A producer may repeat the call as is."""
 
     ran = False
+
+
+class QueueFull(RespireError):
+    """A job queue's backlog bound (:meth:`JobQueue.set_max_backlog`) refused an enqueue:
+    ``backlog`` jobs are accepted and not finished, the bound is ``limit``, and the call would
+    have added ``adding`` (1, or the nodes of a flow). The script refused before its first
+    write, so **nothing** was enqueued (``ran`` is False): repeat the call later, or pass
+    ``wait=`` to the enqueue to retry with backoff until the backlog drains. Raised only for new
+    jobs; a deduplicated repeat of an accepted job id succeeds even when the queue is full."""
+
+    ran = False
+
+    def __init__(self, message: str, backlog: int = 0, limit: int = 0, adding: int = 1) -> None:
+        super().__init__(message)
+        self.backlog = backlog
+        self.limit = limit
+        self.adding = adding
 
 
 class UnsupportedServer(RespireError):

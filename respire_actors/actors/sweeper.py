@@ -18,6 +18,7 @@ from .intake import dispatch_page, group_lost, jittered
 from .options import duration_ms
 from .runtime import QueueRuntime, log
 from .source import remove_idle_consumers
+from .telemetry import log_recovery_pass
 
 
 async def _pass(rt: QueueRuntime, mode: str, cursor: str) -> tuple[bool, str]:
@@ -29,40 +30,45 @@ async def _pass(rt: QueueRuntime, mode: str, cursor: str) -> tuple[bool, str]:
     replay, and a page with nothing to claim is never denied."""
     ctx = current_child()
     page_max = rt.options.recovery_page_size
-    pages = 0
+    pages = claimed = 0
     poll = duration_ms(rt.options.poll_interval, what="poll_interval") / 1000
-    while not ctx.stop_requested:
-        if mode == "recover" and pages >= rt.options.recovery_max_pages:
-            return False, cursor
-        taken = 0  # a stop request may cancel the wait before anything is taken
-        with ctx.stop_scope():
-            taken = await rt.admission.take(page_max)
-        if ctx.stop_requested:
-            rt.admission.release(taken)
-            return False, cursor
-        try:
-            with anyio.CancelScope(shield=True):
-                result = await rt.source.claim(
-                    rt.consumer, mode, cursor, taken, rt.visibility_ms, rt.delivery_limit
-                )
-        except BaseException:
-            rt.admission.release(taken)
-            raise
-        pages += 1
-        if result.denied:
-            rt.admission.release(taken)
-            rt.stats.denied_claims += 1
-            if mode == "replay" and result.retry_after_ms > 0:
-                wait = min(poll, result.retry_after_ms / 1000)
-                with ctx.stop_scope():
-                    await anyio.sleep(jittered(wait, min(0.1, poll / 4)))
-                continue
-            return False, cursor
-        dispatch_page(rt, mode, result, taken)
-        if result.next_cursor == "0-0":
-            return True, "0-0"
-        cursor = result.next_cursor
-    return False, cursor
+    try:
+        while not ctx.stop_requested:
+            if mode == "recover" and pages >= rt.options.recovery_max_pages:
+                return False, cursor
+            taken = 0  # a stop request may cancel the wait before anything is taken
+            with ctx.stop_scope():
+                taken = await rt.admission.take(page_max)
+            if ctx.stop_requested:
+                rt.admission.release(taken)
+                return False, cursor
+            try:
+                with anyio.CancelScope(shield=True):
+                    result = await rt.source.claim(
+                        rt.consumer, mode, cursor, taken, rt.visibility_ms, rt.delivery_limit
+                    )
+            except BaseException:
+                rt.admission.release(taken)
+                raise
+            pages += 1
+            if result.denied:
+                rt.admission.release(taken)
+                rt.stats.denied_claims += 1
+                if mode == "replay" and result.retry_after_ms > 0:
+                    wait = min(poll, result.retry_after_ms / 1000)
+                    with ctx.stop_scope():
+                        await anyio.sleep(jittered(wait, min(0.1, poll / 4)))
+                    continue
+                return False, cursor
+            claimed += len(result.deliveries)
+            dispatch_page(rt, mode, result, taken)
+            if result.next_cursor == "0-0":
+                return True, "0-0"
+            cursor = result.next_cursor
+        return False, cursor
+    finally:
+        if mode == "recover":
+            log_recovery_pass(rt, claimed, pages)
 
 
 async def run_sweeper(

@@ -13,6 +13,8 @@ event                  level      where
 ``outcome-decided``    DEBUG      the handler returned, raised or was cancelled
 ``acknowledged``       DEBUG      the completer committed a success
 ``claimed``            INFO       recovery or startup replay claimed a delivery
+``recovery-pass``      INFO       a recovery pass ended having claimed something (fields
+                                  ``claimed`` and ``pages``; no job fields)
 ``retry-scheduled``    INFO       a durable retry was staged
 ``expired``            INFO       a retry found the job past its TTL
 ``dead-lettered``      WARNING    a dead letter was committed
@@ -149,6 +151,19 @@ def log_claimed(rt: QueueRuntime, mode: str, deliveries: Sequence[Delivery]) -> 
             delivery.job_id or delivery.entry_id,
             delivery.attempt,
             extra={**fields(rt, delivery, "claimed"), "mode": mode},
+        )
+
+
+def log_recovery_pass(rt: QueueRuntime, claimed: int, pages: int) -> None:
+    """INFO once per recovery pass that claimed deliveries: how many, in how many pages (at
+    most ``recovery_page_size * recovery_max_pages``; the chaos suite checks that bound)."""
+    if claimed and log.isEnabledFor(logging.INFO):
+        log.info(
+            "%s: a recovery pass claimed %d deliveries in %d pages",
+            rt.name,
+            claimed,
+            pages,
+            extra={"event": "recovery-pass", "queue": rt.name, "claimed": claimed, "pages": pages},
         )
 
 

@@ -4,6 +4,9 @@ Its handler's behaviour comes from each job's JSON payload, so a scenario's prod
 what every job does:
 
 * ``{"sleep": 0.2}`` - sleep that long (inside the lease's cancel scope);
+* ``{"stall": 60, "stall_attempts": 1}`` - sleep that long first, on attempts up to
+  ``stall_attempts`` (default 1) only: a first delivery that holds its lease until its worker
+  is killed, and a recovered one that runs normally;
 * ``{"fail": "transient", "times": 2}`` - raise for the first ``times`` attempts, then succeed;
 * ``{"fail": "permanent"}`` - return ``DeadLetter`` (no retry);
 * ``{"fail": "poison"}`` - raise on every attempt (the delivery limit dead-letters it);
@@ -14,13 +17,17 @@ what every job does:
   after recording the effect, on attempt ``kill_attempt`` (default 1) only.
 
 Every handler execution that reaches its effect appends ``{"kind": "effect", "job", "attempt",
-"pid"}`` to the ``--effects`` ledger (fsynced) before returning. ``--ready-file`` is written once
-the worker has started every actor.
+"pid", "running"}`` to the ``--effects`` ledger (fsynced) before returning; ``running`` is how
+many handlers of this process were executing at that moment (at most ``--consumers``). With
+``--record-recovery`` each recovery pass that claimed deliveries appends ``{"kind":
+"recovery-pass", "claimed", "pages", "pid"}`` (from the ``recovery-pass`` telemetry log).
+``--ready-file`` is written once the worker has started every actor.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 from datetime import timedelta
@@ -51,19 +58,33 @@ def build_worker(args: argparse.Namespace, effects: Ledger) -> Worker:
         visibility_timeout=timedelta(milliseconds=args.visibility_ms),
         recovery_interval=timedelta(milliseconds=args.recovery_ms),
         delivery_limit=args.delivery_limit,
+        recovery_page_size=args.recovery_page_size,
+        recovery_max_pages=args.recovery_max_pages,
         shutdown_grace=timedelta(milliseconds=args.grace_ms),
         renew_leases=not args.no_renew,
         timeout=timedelta(milliseconds=args.timeout_ms) if args.timeout_ms else None,
     )
     queue_options = QueueOptions() if args.durable_retries else None
 
+    running = 0
+
     @worker.job(args.queue, JsonValueCodec(), options, queue_options=queue_options)
     async def handle(job: Job[Any]) -> Outcome:
+        nonlocal running
+        running += 1
+        try:
+            return await behave(job)
+        finally:
+            running -= 1
+
+    async def behave(job: Job[Any]) -> Outcome:
         spec = job.payload if isinstance(job.payload, dict) else {}
         kill = spec.get("kill")
         kill_now = kill and job.attempt == int(spec.get("kill_attempt", 1))
         if kill_now and kill == "after-delivery":
             _kill_self()
+        if spec.get("stall") and job.attempt <= int(spec.get("stall_attempts", 1)):
+            await anyio.sleep(float(spec["stall"]))
         if spec.get("sleep"):
             await anyio.sleep(float(spec["sleep"]))
         fail = spec.get("fail")
@@ -75,7 +96,9 @@ def build_worker(args: argparse.Namespace, effects: Ledger) -> Worker:
             raise HandlerFailure("poison payload")
         if fail == "permanent":
             return DeadLetter(detail="permanent failure")
-        effects.record(kind="effect", job=job.id, attempt=job.attempt, pid=os.getpid())
+        effects.record(
+            kind="effect", job=job.id, attempt=job.attempt, pid=os.getpid(), running=running
+        )
         if kill_now and kill == "mid-handler":
             _kill_self()
         if fail == "ambiguous" and job.attempt <= int(spec.get("times", 1)):
@@ -85,8 +108,29 @@ def build_worker(args: argparse.Namespace, effects: Ledger) -> Worker:
     return worker
 
 
+class _RecoveryPasses(logging.Handler):
+    """Copies ``recovery-pass`` telemetry records into the effect ledger."""
+
+    def __init__(self, effects: Ledger) -> None:
+        super().__init__(logging.INFO)
+        self.effects = effects
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "event", None) == "recovery-pass":
+            self.effects.record(
+                kind="recovery-pass",
+                claimed=getattr(record, "claimed", 0),
+                pages=getattr(record, "pages", 0),
+                pid=os.getpid(),
+            )
+
+
 async def _main(args: argparse.Namespace) -> None:
     with Ledger(Path(args.effects)) as effects:
+        if args.record_recovery:
+            telemetry = logging.getLogger("respire_actors.telemetry")
+            telemetry.setLevel(logging.INFO)
+            telemetry.addHandler(_RecoveryPasses(effects))
         worker = build_worker(args, effects)
         async with connect(args.url) as client, anyio.create_task_group() as tg:
             await tg.start(worker.run, client)
@@ -113,6 +157,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--visibility-ms", type=int, default=2000)
     p.add_argument("--recovery-ms", type=int, default=250)
     p.add_argument("--delivery-limit", type=int, default=5)
+    p.add_argument("--recovery-page-size", type=int, default=64)
+    p.add_argument("--recovery-max-pages", type=int, default=4)
+    p.add_argument("--record-recovery", action="store_true",
+                   help="append recovery-pass lines (claimed, pages) to the effects")  # fmt: skip
     p.add_argument("--grace-ms", type=int, default=2000)
     p.add_argument("--timeout-ms", type=int, default=0, help="execution budget (0: none)")
     p.add_argument("--no-renew", action="store_true", help="no lease renewer")

@@ -1,6 +1,7 @@
 """Typed job queues and their supervised workers."""
 
 from ..actors.runtime import WorkerStatistics
+from .backpressure import Backlog
 from .batches import BatchStatus, Callback
 from .flows import (
     CONTINUE,
@@ -51,6 +52,7 @@ from .recurring import (
 from .worker import Registration, Worker
 
 __all__ = [
+    "Backlog",
     "CONTINUE",
     "FAIL_PARENT",
     "IGNORE",

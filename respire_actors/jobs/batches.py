@@ -179,7 +179,9 @@ async def add_to_batch(
     if _size(job_id, body) > MAX_BYTES:
         raise _too_large(batch_id, "bytes", f"job {job_id!r} alone")
     reply = await _ADD(
-        client, (keys.batch(batch_id), keys.ready), _add_args(batch_id, job_id, body, envelope)
+        client,
+        (keys.batch(batch_id), keys.ready, keys.control, keys.scheduled),
+        _add_args(batch_id, job_id, body, envelope),
     )
     return _added(batch_id, job_id, reply)
 
@@ -202,7 +204,14 @@ async def add_many_to_batch(
     state = keys.batch(batch_id)
     replies = await run_many(
         client,
-        [(_ADD, (state, keys.ready), _add_args(batch_id, j, b, envelope)) for j, b in members],
+        [
+            (
+                _ADD,
+                (state, keys.ready, keys.control, keys.scheduled),
+                _add_args(batch_id, j, b, envelope),
+            )
+            for j, b in members
+        ],
     )
     # every add ran; raise the first failure only after looking at all of them
     added: list[bool] = []

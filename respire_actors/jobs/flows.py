@@ -182,7 +182,10 @@ def prepare_enqueue(
         raise FlowTooLarge(
             f"the flow's job ids and payloads are {size} bytes; the limit is {MAX_FLOW_INPUT_BYTES}"
         )
-    return (keys.ready, keys.flow(flow_id), keys.coordinated), tuple(args)
+    return (
+        (keys.ready, keys.flow(flow_id), keys.coordinated, keys.control, keys.scheduled),
+        tuple(args),
+    )
 
 
 async def enqueue_flow(

@@ -57,11 +57,13 @@ class QueueState:
     """A queue's persistent controls (see :meth:`JobQueue.get_state`).
 
     ``paused``: new deliveries and recovery are refused; ``rate_limit_hits``: cumulative
-    admissions denied by the rate limit; ``rate_limit``: the stored policy, if any."""
+    admissions denied by the rate limit; ``rate_limit``: the stored policy, if any;
+    ``max_backlog``: the stored backlog bound, if any (:meth:`JobQueue.set_max_backlog`)."""
 
     paused: bool
     rate_limit_hits: int
     rate_limit: RateLimit | None = None
+    max_backlog: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

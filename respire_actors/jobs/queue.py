@@ -26,9 +26,11 @@ from ..errors import (
 from ..keys import JobQueueKeys, validate_name
 from ..redis.client import BlockingConnection, Pending, RedisClient, Transaction
 from ..redis.scripts import Script, load, run_many
+from . import backpressure as _backpressure
 from . import batches as _batches
 from . import flows as _flows
 from . import groups as _groups
+from .backpressure import Backlog
 from .batches import BatchStatus, Callback
 from .flows import FAIL_PARENT, FlowFailurePolicy, FlowNode, FlowNodeResult
 from .groups import GroupInfo, GroupOptions, GroupPage
@@ -123,14 +125,19 @@ class JobQueue(Generic[T]):
         ]
         fields += tracing.context_fields(span)
         return _Prepared(
-            (self.keys.ready, self.keys.dedup(job_id)),
+            (self.keys.ready, self.keys.dedup(job_id), self.keys.control, self.keys.scheduled),
             (window, *fields),
             job_id=job_id,
             span=span,
         )
 
     async def enqueue(
-        self, job_id: str, payload: T, *, dedup_window: timedelta | float | None = None
+        self,
+        job_id: str,
+        payload: T,
+        *,
+        dedup_window: timedelta | float | None = None,
+        wait: timedelta | float | None = None,
     ) -> EnqueueResult:
         """Append a job unless ``job_id`` was enqueued within the deduplication window.
 
@@ -140,10 +147,19 @@ class JobQueue(Generic[T]):
         do not extend it. Raises :class:`ValidationError` before sending anything for a bad id,
         window or payload. If cancelled or the reply is lost, the job may or may not be queued:
         retry with the same id inside the window.
+
+        When the queue has a backlog bound (:meth:`set_max_backlog`) that is reached, raises
+        :class:`~respire_actors.errors.QueueFull` and enqueues nothing (a duplicate of an
+        accepted id still succeeds). ``wait`` (a timedelta or seconds) retries a refused
+        enqueue with backoff (10 ms doubling to 500 ms) until the backlog drains or ``wait``
+        has passed, then raises the last QueueFull; None (default) tries once.
         """
+        wait_s = _backpressure.wait_seconds(wait)
         with tracing.producer_span(_SPAN, self.name) as span:
             prepared = self._prepare(job_id, payload, dedup_window, span)
-            reply = await _ENQUEUE(self.client, prepared.keys, prepared.args)
+            reply = await _backpressure.retry_while_full(
+                lambda: _ENQUEUE(self.client, prepared.keys, prepared.args), wait_s
+            )
             return self._accepted(span, prepared, _to_result(reply))
 
     async def enqueue_many(
@@ -158,7 +174,10 @@ class JobQueue(Generic[T]):
         payload)`` pair (else :class:`ValidationError`), and a payload the codec cannot encode
         raises :class:`~respire_actors.codecs.EncodeError`. Not atomic as a whole: if a command
         fails, the exception is raised after the others ran; retrying the whole call is safe
-        (deduplication returns the existing entries).
+        (deduplication returns the existing entries). Under a backlog bound each job is
+        checked on its own: the jobs that fit are enqueued and the first
+        :class:`~respire_actors.errors.QueueFull` is raised after the rest ran (repeat the call
+        once the backlog drains: the accepted ones deduplicate).
         """
         with ExitStack() as stack:
             prepared = []
@@ -227,6 +246,11 @@ class JobQueue(Generic[T]):
         Nothing is written before EXEC; a discarded or WATCH-aborted transaction aborts the
         pending result. The transaction must come from the same client (same key prefix), and
         every key in it must hash to this queue's slot in a cluster.
+
+        Under a reached backlog bound the enqueue writes nothing and the pending result raises
+        :class:`~respire_actors.errors.QueueFull` after commit; Redis does not roll back the
+        transaction's other commands, so check :meth:`backlog` first (or leave transactional
+        producers unbounded) when they must not commit without the job.
         """
         if tx.client is not self.client:
             raise ValidationError("the transaction must be created from the queue's own client")
@@ -257,6 +281,8 @@ class JobQueue(Generic[T]):
                     k.group_order,
                     k.group_parked,
                     k.group_policy,
+                    k.control,
+                    k.ready,
                 ),
                 (*timing, options.group, *fields),
                 _SCHEDULE_GROUP,
@@ -264,7 +290,13 @@ class JobQueue(Generic[T]):
                 span,
             )
         return _Prepared(
-            (self.keys.scheduled, self.keys.due, self.keys.dedup(job_id)),
+            (
+                self.keys.scheduled,
+                self.keys.due,
+                self.keys.dedup(job_id),
+                self.keys.control,
+                self.keys.ready,
+            ),
             (*timing, *fields),
             _SCHEDULE,
             job_id,
@@ -272,7 +304,12 @@ class JobQueue(Generic[T]):
         )
 
     async def enqueue_scheduled(
-        self, job_id: str, payload: T, options: JobEnqueueOptions | None = None
+        self,
+        job_id: str,
+        payload: T,
+        options: JobEnqueueOptions | None = None,
+        *,
+        wait: timedelta | float | None = None,
     ) -> EnqueueResult:
         """Stage a job with a delay, a priority and/or a time to live.
 
@@ -287,11 +324,18 @@ class JobQueue(Generic[T]):
         With ``options.group`` the job belongs to that application group: it stays staged until
         a reader selects it in its group's turn (fair rotation, group limits; see
         docs/groups.md) and ``job.group`` gives the group to the handler.
+
+        Staged jobs count in the backlog: a reached bound raises
+        :class:`~respire_actors.errors.QueueFull` (``wait`` as in :meth:`enqueue`).
         """
+        wait_s = _backpressure.wait_seconds(wait)
         with tracing.producer_span(_SPAN, self.name) as span:
             prepared = self._prepare_scheduled(job_id, payload, options, span)
-            assert prepared.script is not None
-            reply = await prepared.script(self.client, prepared.keys, prepared.args)
+            script = prepared.script
+            assert script is not None
+            reply = await _backpressure.retry_while_full(
+                lambda: script(self.client, prepared.keys, prepared.args), wait_s
+            )
             return self._accepted(span, prepared, _to_result(reply))
 
     async def enqueue_scheduled_many(
@@ -365,6 +409,25 @@ class JobQueue(Generic[T]):
             )
         return bool(int(reply))
 
+    async def set_max_backlog(self, limit: int | None) -> bool:
+        """Bound the queue's backlog for every producer at once (None removes the bound).
+
+        The backlog is every job accepted and not finished: ready entries not yet delivered,
+        delivered ones not yet acknowledged (running, or awaiting recovery after a crash) and
+        staged ones (delayed, durable retries, grouped). Each enqueue checks it atomically
+        before writing and raises :class:`~respire_actors.errors.QueueFull` instead of going
+        over ``limit`` (1 to 2**31-1); workers' own transitions (retries, promotion, flow
+        parents, batch callbacks) are never refused. Stored in the control hash; returns True
+        when the stored bound changed. Raises :class:`ValidationError` before sending.
+        """
+        return await _backpressure.set_max_backlog(self.client, self.keys, limit)
+
+    async def backlog(self) -> Backlog:
+        """The queue's backlog (as :meth:`set_max_backlog` counts it) and bound, read in one
+        atomic step. O(1) except when the server cannot tell the consumer group's lag (after
+        an XDEL at its last delivered entry): then the undelivered entries are counted."""
+        return await _backpressure.read_backlog(self.client, self.keys)
+
     # -- parent/child flows (docs/flows.md) -------------------------------------------------
     async def enqueue_flow(
         self,
@@ -385,7 +448,10 @@ class JobQueue(Generic[T]):
         anything is sent; :class:`~respire_actors.errors.UnsupportedSchema` when the stored
         flow has an unknown schema version (nothing changes). If cancelled or the reply is
         lost, the flow may or may not exist: call again with the same id (False then means it
-        was created).
+        was created). Under a backlog bound (:meth:`set_max_backlog`) the whole tree is checked
+        at once: every node counts, and a tree that does not fit raises
+        :class:`~respire_actors.errors.QueueFull` with nothing written (parents activated
+        later are not checked again).
         """
         return await _flows.enqueue_flow(
             self.client, self.keys, self.codec, flow_id, tree, failure_policy
@@ -483,6 +549,9 @@ class JobQueue(Generic[T]):
         or :class:`~respire_actors.errors.BatchLimitExceeded` (256 members, 256 KiB of ids and
         payloads) without writing anything; :class:`ValidationError` for bad arguments before
         anything is sent. If cancelled or the reply is lost, retry: a repeat returns False.
+        Each new member counts in the backlog: a reached bound (:meth:`set_max_backlog`)
+        raises :class:`~respire_actors.errors.QueueFull` with nothing written (an existing
+        member still returns False).
         """
         with tracing.producer_span(_SPAN, self.name, {"respire.batch.id": batch_id}) as span:
             return await _batches.add_to_batch(
@@ -534,8 +603,14 @@ class JobQueue(Generic[T]):
 
     async def get_state(self) -> QueueState:
         """The queue's persistent controls: paused, cumulative rate-limit denials, policy."""
-        paused, hits, limit, window = await self.client.execute(
-            "HMGET", self.keys.control, "paused", "rate_limit_hits", "rate.limit", "rate.window"
+        paused, hits, limit, window, bound = await self.client.execute(
+            "HMGET",
+            self.keys.control,
+            "paused",
+            "rate_limit_hits",
+            "rate.limit",
+            "rate.window",
+            "max_backlog",
         )
         policy = None
         if limit is not None and window is not None:
@@ -544,6 +619,7 @@ class JobQueue(Generic[T]):
             paused=_s(paused) == "1" if paused is not None else False,
             rate_limit_hits=int(hits) if hits is not None else 0,
             rate_limit=policy,
+            max_backlog=int(bound) if bound is not None else None,
         )
 
     # -- observation ------------------------------------------------------------------------

@@ -37,6 +37,7 @@ from ..errors import (
     ConfigurationError,
     CredentialsRefused,
     PermissionDenied,
+    QueueFull,
     RedisUnavailable,
     RespireError,
     ScriptError,
@@ -322,8 +323,26 @@ def _map_reply(message: str) -> RespireError:
             return PermissionDenied(message, _denied_command(message))
         if code == "RESPIRE_SCHEMA":
             return UnsupportedSchema(message)
+        if code == "RESPIRE_FULL":
+            return _queue_full(message)
         return ScriptError(message)
     return ServerError(message)
+
+
+_FULL = re.compile(r"backlog (\d+) limit (\d+) adding (\d+)")
+
+
+def _queue_full(message: str) -> QueueFull:
+    """``RESPIRE_FULL backlog <n> limit <m> adding <k>`` (lib/backlog.lua) as a QueueFull."""
+    found = _FULL.search(message)
+    backlog, limit, adding = (int(x) for x in found.groups()) if found else (0, 0, 1)
+    return QueueFull(
+        f"the queue is full: {backlog} jobs accepted and not finished, the bound is {limit} "
+        f"(adding {adding}); nothing was enqueued",
+        backlog,
+        limit,
+        adding,
+    )
 
 
 # How a command refused by ACL inside a script is reported: Redis 7.0 ("ERR The user executing

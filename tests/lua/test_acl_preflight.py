@@ -76,7 +76,9 @@ async def test_type_is_checked_before_it_is_called(
     7.0, names no command; now the preflight names TYPE."""
     async with acl_user(client, server_url, unique_name, (*EVERYTHING, "-type")) as c:
         with pytest.raises(PermissionDenied) as caught:
-            await ENQUEUE(c, (keys.ready, keys.dedup("a")), (60_000, "f", "v"))
+            await ENQUEUE(
+                c, (keys.ready, keys.dedup("a"), keys.control, keys.scheduled), (60_000, "f", "v")
+            )
     assert caught.value.code == "RESPIRE_NOPERM"
     assert caught.value.command == "type"
     assert await key_dump(client, f"*{unique_name}*") == {}

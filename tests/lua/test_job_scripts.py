@@ -69,7 +69,7 @@ async def enqueue(
 ) -> str:
     reply = await ENQUEUE(
         client,
-        (keys.ready, keys.dedup(job_id)),
+        (keys.ready, keys.dedup(job_id), keys.control, keys.scheduled),
         (window, "_respire.job.id", job_id, "_respire.job.payload", f"payload of {job_id}"),
     )
     return s(reply[0])
@@ -136,8 +136,16 @@ async def test_job_scripts_load_on_the_server(client: RedisClient) -> None:
 
 
 async def test_enqueue_returns_new_then_duplicate(client: RedisClient, keys: JobQueueKeys) -> None:
-    first = await ENQUEUE(client, (keys.ready, keys.dedup("a")), (1000, "_respire.job.id", "a"))
-    again = await ENQUEUE(client, (keys.ready, keys.dedup("a")), (1000, "_respire.job.id", "a"))
+    first = await ENQUEUE(
+        client,
+        (keys.ready, keys.dedup("a"), keys.control, keys.scheduled),
+        (1000, "_respire.job.id", "a"),
+    )
+    again = await ENQUEUE(
+        client,
+        (keys.ready, keys.dedup("a"), keys.control, keys.scheduled),
+        (1000, "_respire.job.id", "a"),
+    )
     assert int(first[1]) == 1 and int(again[1]) == 0
     assert s(first[0]) == s(again[0])
     assert await xlen(client, keys.ready) == 1
@@ -568,7 +576,7 @@ async def schedule(
 ) -> str:
     reply = await SCHEDULE(
         client,
-        (keys.scheduled, keys.due, keys.dedup(job_id)),
+        (keys.scheduled, keys.due, keys.dedup(job_id), keys.control, keys.ready),
         (60_000, delay, 0, ttl, "_respire.job.id", job_id, "_respire.job.payload", "p"),
     )
     return s(reply[0])
@@ -589,7 +597,11 @@ async def test_schedule_refuses_bad_arguments(
     client: RedisClient, keys: JobQueueKeys, args: tuple[Any, ...]
 ) -> None:
     with pytest.raises(ScriptError):
-        await SCHEDULE(client, (keys.scheduled, keys.due, keys.dedup("a")), (*args, "f", "v"))
+        await SCHEDULE(
+            client,
+            (keys.scheduled, keys.due, keys.dedup("a"), keys.control, keys.ready),
+            (*args, "f", "v"),
+        )
     assert await client.execute("EXISTS", keys.scheduled, keys.due, keys.dedup("a")) == 0
 
 

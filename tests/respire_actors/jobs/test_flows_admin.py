@@ -268,7 +268,8 @@ async def test_the_enqueue_script_refuses_what_the_client_would(
     client: RedisClient, queue: JobQueue[str]
 ) -> None:
     script = load("flow_enqueue")
-    keys = (queue.keys.ready, queue.keys.flow("f"), queue.keys.coordinated)
+    k = queue.keys
+    keys = (k.ready, k.flow("f"), k.coordinated, k.control, k.scheduled)
     big = "x" * (MAX_FLOW_INPUT_BYTES)
     cases = [
         ("fail-parent", 2, "r", 0, "p", "r", 1, "p"),  # duplicate id

@@ -5,6 +5,7 @@ item 11 are in ``test_jobs_rate_processes.py``."""
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import Any
 
@@ -65,6 +66,51 @@ async def test_a_recovery_pass_is_bounded_and_the_next_one_resumes(
         await wait_until(lambda: stats.recovered == stale, timeout=20)
     assert sorted(started) == sorted([*(f"s{i}" for i in range(stale)), "fresh"])
     assert await pending_rows(client, queue.keys) == []
+
+
+async def test_each_recovery_pass_reports_what_it_claimed(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """One ``recovery-pass`` telemetry record per pass that claimed something, with the
+    deliveries claimed and the pages used (the chaos suite's scenario 5 reads them)."""
+    stale = 10
+    await queue.enqueue_many([(f"s{i}", "x") for i in range(stale)])
+    await create_group(client, queue.keys)
+    await deliver(client, queue.keys, "crashed", stale)
+    await anyio.sleep(0.4)
+    passes: list[tuple[int, int]] = []
+
+    class Passes(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if getattr(record, "event", None) == "recovery-pass":
+                passes.append((getattr(record, "claimed", -1), getattr(record, "pages", -1)))
+
+    telemetry = logging.getLogger("respire_actors.telemetry")
+    handler_, level = Passes(), telemetry.level
+    telemetry.addHandler(handler_)
+    telemetry.setLevel(logging.INFO)
+    options = fast_options(
+        visibility_timeout=LEASE,
+        recovery_page_size=2,
+        recovery_max_pages=2,
+        recovery_interval=timedelta(milliseconds=100),
+    )
+    try:
+        async with scheduling_worker(
+            client, queue.name, _ack, queue_options=sched_options(), options=options
+        ) as worker:
+            stats = worker.statistics(queue.name)
+            await wait_until(lambda: stats.recovered == stale, timeout=20)
+    finally:
+        telemetry.removeHandler(handler_)
+        telemetry.setLevel(level)
+    assert sum(claimed for claimed, _ in passes) == stale
+    assert all(1 <= claimed <= 4 and 1 <= pages <= 2 for claimed, pages in passes), passes
+    assert len(passes) >= stale // 4
+
+
+async def _ack(job: Job[str]) -> Any:
+    return None
 
 
 async def test_an_empty_replay_needs_no_permit(client: RedisClient, queue: JobQueue[str]) -> None:

@@ -4,6 +4,8 @@
 -- KEYS[1]  staging stream (:scheduled)
 -- KEYS[2]  due-time index (:due, sorted set: staging id scored by due time in unix ms)
 -- KEYS[3]  deduplication key of this job id (string: the winning entry id)
+-- KEYS[4]  control hash (its max_backlog field is the optional backlog bound)
+-- KEYS[5]  ready stream (counted in the backlog)
 -- ARGV[1]  deduplication window in milliseconds (1 .. 2^31-1)
 -- ARGV[2]  delay in milliseconds (0 .. 2^31-1), counted from the server clock (TIME)
 -- ARGV[3]  priority (integer, -2^31 .. 2^31-1; higher is promoted first within a batch)
@@ -14,20 +16,24 @@
 -- (server time + TTL, absolute unix ms).
 -- Returns {staging_id, 1} for a new job, {original_entry_id, 0} for a duplicate (a staged or
 -- ready id; nothing written).
--- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM (nothing written); if indexing or
+-- Errors: RESPIRE_FULL (the backlog bound is reached, see lib/backlog.lua; nothing written),
+-- RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM (nothing written); if indexing or
 -- recording the deduplication key fails after the append, the append is undone first
 -- (RESPIRE_SCHEDULE / RESPIRE_DEDUP).
 --!include lib/preflight.lua
+--!include lib/backlog.lua
 --!include lib/fence.lua
 
-local scheduled, due, dedup = KEYS[1], KEYS[2], KEYS[3]
+local scheduled, due, dedup, control, ready = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local window, delay = tonumber(ARGV[1]), tonumber(ARGV[2])
 local priority, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
 local arg_err = respire_check_schedule_args(window, delay, priority, ttl)
 if arg_err then return arg_err end
 local existing = redis.call('GET', dedup)
 if existing then return {existing, 0} end
-local err = respire_preflight(
+local err = respire_backlog_refusal(control, ready, scheduled, 1)
+if err then return err end
+err = respire_preflight(
   {{scheduled, 'stream'}, {due, 'zset'}, {dedup, 'string'}},
   {{'XADD', scheduled, '*', 'f', 'v'}, {'XDEL', scheduled, '0-1'}, {'ZADD', due, '0', 'm'},
    {'ZREM', due, 'm'}, {'SET', dedup, 'v', 'PX', '1'}})

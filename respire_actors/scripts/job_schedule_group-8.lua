@@ -7,6 +7,8 @@
 -- KEYS[4]  group rotation (:group-order)
 -- KEYS[5]  parked groups (:group-parked)
 -- KEYS[6]  group policy (:group-policy; counts staged jobs with a nonzero priority)
+-- KEYS[7]  control hash (its max_backlog field is the optional backlog bound)
+-- KEYS[8]  ready stream (counted in the backlog)
 -- ARGV[1]  deduplication window in milliseconds (1 .. 2^31-1)
 -- ARGV[2]  delay in milliseconds (0 .. 2^31-1), counted from the server clock (TIME)
 -- ARGV[3]  priority (integer, -2^31 .. 2^31-1; higher is selected first within a group visit)
@@ -21,15 +23,17 @@
 -- new job's due time).
 -- Returns {staging_id, 1} for a new job, {original_entry_id, 0} for a duplicate (nothing
 -- written).
--- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM (nothing written); if indexing or
+-- Errors: RESPIRE_FULL (the backlog bound is reached, see lib/backlog.lua; nothing written),
+-- RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM (nothing written); if indexing or
 -- recording the deduplication key fails after the append, the append is undone first
 -- (RESPIRE_SCHEDULE / RESPIRE_DEDUP).
 --!include lib/preflight.lua
+--!include lib/backlog.lua
 --!include lib/fence.lua
 --!include lib/group_lease.lua
 
 local scheduled, dedup, jobs, order, parked = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local policy = KEYS[6]
+local policy, control, ready = KEYS[6], KEYS[7], KEYS[8]
 local window, delay = tonumber(ARGV[1]), tonumber(ARGV[2])
 local priority, ttl, g = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local arg_err = respire_check_schedule_args(window, delay, priority, ttl)
@@ -39,7 +43,9 @@ if not g or g == '' then
 end
 local existing = redis.call('GET', dedup)
 if existing then return {existing, 0} end
-local err = respire_preflight(
+local err = respire_backlog_refusal(control, ready, scheduled, 1)
+if err then return err end
+err = respire_preflight(
   {{scheduled, 'stream'}, {dedup, 'string'}, {jobs, 'zset'}, {order, 'zset'}, {parked, 'zset'},
    {policy, 'hash'}},
   {{'XADD', scheduled, '*', 'f', 'v'}, {'XDEL', scheduled, '0-1'}, {'ZADD', jobs, '0', 'm'},

@@ -2,6 +2,8 @@
 --
 -- KEYS[1]  batch state
 -- KEYS[2]  ready stream
+-- KEYS[3]  control hash (its max_backlog field is the optional backlog bound)
+-- KEYS[4]  staging stream (:scheduled; counted in the backlog)
 -- ARGV[1]  batch id
 -- ARGV[2]  member job id
 -- ARGV[3]  serialized payload
@@ -14,13 +16,14 @@
 -- Returns {'added', entry id}, {'exists', ''}, {'unknown', ''} (no such batch), {'sealed', ''}
 -- (a new id for a sealed batch), {'members', ''} (the batch has 256 members) or {'bytes', ''}
 -- (the 256 KiB of ids and payloads would be exceeded); nothing is written but for 'added'.
--- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM, RESPIRE_SCHEMA, RESPIRE_CORRUPT
+-- Errors: RESPIRE_FULL (the backlog bound is reached, see lib/backlog.lua), RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM, RESPIRE_SCHEMA, RESPIRE_CORRUPT
 -- before any write; should the state write fail after the append, the entry is deleted again
 -- and RESPIRE_BATCH is returned.
 --!include lib/preflight.lua
+--!include lib/backlog.lua
 --!include lib/batch.lua
 
-local state, ready = KEYS[1], KEYS[2]
+local state, ready, control, scheduled = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local id, job, payload = ARGV[1], ARGV[2], ARGV[3]
 if #ARGV < 3 or #ARGV % 2 ~= 1 or id == '' or job == '' then
   return redis.error_reply('RESPIRE_ARGUMENT batch_add takes a batch id, a job id, a payload '
@@ -33,6 +36,8 @@ if s.m[job] then return {'exists', ''} end
 if s.sealed then return {'sealed', ''} end
 local full = respire_batch_room(s, 1, #job + #payload)
 if full then return {full, ''} end
+err = respire_backlog_refusal(control, ready, scheduled, 1)
+if err then return err end
 err = respire_preflight({{ready, 'stream'}},
                         {{'XADD', ready, '*', 'f', 'v'}, {'XDEL', ready, '0-1'},
                          {'SET', state, 'v'}})

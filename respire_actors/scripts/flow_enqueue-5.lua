@@ -4,6 +4,8 @@
 -- KEYS[1]  ready stream
 -- KEYS[2]  flow state (:flow:<sha1 of the flow id>, a string)
 -- KEYS[3]  coordination marker (:coordinated, a string; set once, never deleted)
+-- KEYS[4]  control hash (its max_backlog field is the optional backlog bound)
+-- KEYS[5]  staging stream (:scheduled; counted in the backlog)
 -- ARGV[1]  flow id
 -- ARGV[2]  failure policy: 'fail-parent', 'ignore' or 'continue'
 -- ARGV[3]  n, the number of nodes (1 .. 256); then n groups of 3 values in breadth-first
@@ -16,15 +18,17 @@
 -- terminal (the completion scripts activate them through lib/coordination.lua).
 -- Returns 1 when the flow was created, 0 when the flow id exists (nothing changed; the first
 -- tree wins).
--- Errors (nothing written): RESPIRE_ARGUMENT (malformed tree, duplicate job id),
+-- Errors (nothing written): RESPIRE_FULL (the backlog bound cannot take every node of the
+-- tree, see lib/backlog.lua), RESPIRE_ARGUMENT (malformed tree, duplicate job id),
 -- RESPIRE_FLOW_LIMIT (ids + payloads over 256 KiB, state too large), RESPIRE_SCHEMA (an
 -- existing state of an unknown version), RESPIRE_CORRUPT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM.
 -- Should an append or the SET of the state fail after the first write, the appended leaves are
 -- deleted again before RESPIRE_FLOW_ENQUEUE is returned (the marker, harmless, stays).
 --!include lib/preflight.lua
+--!include lib/backlog.lua
 --!include lib/flow.lua
 
-local ready, state_key, marker = KEYS[1], KEYS[2], KEYS[3]
+local ready, state_key, marker, control, scheduled = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local flow_id, policy, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local function bad(message) return redis.error_reply('RESPIRE_ARGUMENT ' .. message) end
 if policy ~= 'fail-parent' and policy ~= 'ignore' and policy ~= 'continue' then
@@ -61,6 +65,8 @@ end
 local existing, err = respire_flow_load(state_key, flow_id)
 if err then return err end
 if existing then return 0 end
+err = respire_backlog_refusal(control, ready, scheduled, n)
+if err then return err end
 
 -- Leaves are appended now; their payloads are not kept in the state.
 local status, open, results, leaves = {}, {}, {}, {}
