@@ -127,12 +127,25 @@ class FailuresScenario:
         ctx.progress(f"failures/{mode}: {per_kind} jobs of each kind")
         started = time.monotonic()
         worker = start_worker(
-            ctx.redis_url, name, effects, ctx.path(name, "workers"),
-            "--consumers", "16", "--delivery-limit", str(DELIVERY_LIMIT),
-            "--timeout-ms", str(TIMEOUT_MS), "--visibility-ms", str(VISIBILITY_MS),
-            "--recovery-ms", str(RECOVERY_MS), "--retry-backoff-ms", str(BACKOFF_MS),
-            *flags, backend=ctx.backend,
-        )  # fmt: skip
+            ctx.redis_url,
+            name,
+            effects,
+            ctx.path(name, "workers"),
+            "--consumers",
+            "16",
+            "--delivery-limit",
+            str(DELIVERY_LIMIT),
+            "--timeout-ms",
+            str(TIMEOUT_MS),
+            "--visibility-ms",
+            str(VISIBILITY_MS),
+            "--recovery-ms",
+            str(RECOVERY_MS),
+            "--retry-backoff-ms",
+            str(BACKOFF_MS),
+            *flags,
+            backend=ctx.backend,
+        )
         async with connect(ctx.redis_url) as client:
             queue = JobQueue(client, name, JsonValueCodec())
             try:
@@ -182,9 +195,15 @@ class FailuresScenario:
             # a non-empty expect_dead makes every other dead letter a violation
             expect_dead = jobs if kind in ("permanent", "poison", "hang") else ["(no job)"]
             verdict = reconcile(
-                self.name, f"{kind}/{mode}", jobs, outcomes, elapsed,
-                expect_dead=expect_dead, violations=found, details=details,
-            )  # fmt: skip
+                self.name,
+                f"{kind}/{mode}",
+                jobs,
+                outcomes,
+                elapsed,
+                expect_dead=expect_dead,
+                violations=found,
+                details=details,
+            )
             if kind in ("permanent", "poison", "hang") and verdict.dead_lettered != len(jobs):
                 verdict = _failed(verdict, f"{len(jobs) - verdict.dead_lettered} not dead-lettered")
             verdicts.append(verdict)

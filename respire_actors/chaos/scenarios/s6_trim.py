@@ -131,8 +131,9 @@ class TrimScenario:
         queue = JobQueue(client, name, JsonValueCodec())
         effects, producer_ledger = ctx.path(name, "effects.jsonl"), ctx.path(name, "producer.jsonl")
         flags = ("--consumers", "4", "--visibility-ms", "1000", "--recovery-ms", "100")
-        worker = start_worker(ctx.redis_url or "", name, effects, ctx.path(name, "w"), *flags,
-                              backend=ctx.backend)  # fmt: skip
+        worker = start_worker(
+            ctx.redis_url or "", name, effects, ctx.path(name, "w"), *flags, backend=ctx.backend
+        )
         watch = TrimWatch()
         with Ledger(producer_ledger) as ledger:
             done_before: list[tuple[str, dict[str, Any]]] = [(f"before-{i}", {}) for i in range(n)]
@@ -160,8 +161,9 @@ class TrimScenario:
         if result.removed != n:
             extra.append(f"the trim removed {result.removed} entries, expected the {n} before")
         watch.violations.clear()
-        recovering = start_worker(ctx.redis_url or "", name, effects, ctx.path(name, "w"),
-                                  *flags, backend=ctx.backend)  # fmt: skip
+        recovering = start_worker(
+            ctx.redis_url or "", name, effects, ctx.path(name, "w"), *flags, backend=ctx.backend
+        )
         stop = anyio.Event()
         accepted = accepted_jobs(producer_ledger)
         try:
@@ -175,8 +177,13 @@ class TrimScenario:
         if exit_code != 0:
             extra.append(f"the recovering worker exited with {exit_code}")
         outcomes = await read_outcomes(queue, effects)
-        verdict = reconcile(self.name, "sigkill:oldest-pending/ready", accepted, outcomes,
-                            time.monotonic() - started)  # fmt: skip
+        verdict = reconcile(
+            self.name,
+            "sigkill:oldest-pending/ready",
+            accepted,
+            outcomes,
+            time.monotonic() - started,
+        )
         return _verdict(
             verdict,
             extra,
@@ -199,8 +206,15 @@ class TrimScenario:
         ready = queue.keys.ready
         effects, producer_ledger = ctx.path(name, "effects.jsonl"), ctx.path(name, "producer.jsonl")
         await client.execute("XGROUP", "CREATE", ready, "audit", "0", "MKSTREAM")
-        worker = start_worker(ctx.redis_url or "", name, effects, ctx.path(name, "w"),
-                              "--consumers", "4", backend=ctx.backend)  # fmt: skip
+        worker = start_worker(
+            ctx.redis_url or "",
+            name,
+            effects,
+            ctx.path(name, "w"),
+            "--consumers",
+            "4",
+            backend=ctx.backend,
+        )
         extra: list[str] = []
         watch = TrimWatch()
         try:
@@ -247,8 +261,9 @@ class TrimScenario:
             extra.append(f"the worker exited with {exit_code}: {worker.tail(5)}")
         extra += watch.violations
         outcomes = await read_outcomes(queue, effects)
-        verdict = reconcile(self.name, "lagging-second-group/ready", accepted, outcomes,
-                            time.monotonic() - started)  # fmt: skip
+        verdict = reconcile(
+            self.name, "lagging-second-group/ready", accepted, outcomes, time.monotonic() - started
+        )
         return _verdict(
             verdict,
             extra,
@@ -270,10 +285,19 @@ class TrimScenario:
         await queue.set_group_options("tenant-a", max_concurrency=1)
         await queue.set_group_options("tenant-b", max_concurrency=1)
         worker = start_worker(
-            ctx.redis_url or "", name, effects, ctx.path(name, "w"),
-            "--consumers", "8", "--durable-retries", "--retry-backoff-ms", "300",
-            "--delivery-limit", "5", backend=ctx.backend,
-        )  # fmt: skip
+            ctx.redis_url or "",
+            name,
+            effects,
+            ctx.path(name, "w"),
+            "--consumers",
+            "8",
+            "--durable-retries",
+            "--retry-backoff-ms",
+            "300",
+            "--delivery-limit",
+            "5",
+            backend=ctx.backend,
+        )
         watch = TrimWatch()
         stop = anyio.Event()
         staged_seen = 0
@@ -283,11 +307,20 @@ class TrimScenario:
                 with Ledger(producer_ledger) as ledger:
                     retries = [(f"retry-{i}", {"fail": "transient", "times": 2}) for i in range(n)]
                     await produce(queue, retries, ledger)
-                    await _stage(queue, ledger, [f"delayed-{i}" for i in range(n)],
-                                 JobEnqueueOptions(delay=0.5))  # fmt: skip
+                    await _stage(
+                        queue,
+                        ledger,
+                        [f"delayed-{i}" for i in range(n)],
+                        JobEnqueueOptions(delay=0.5),
+                    )
                     for group in ("tenant-a", "tenant-b"):
-                        await _stage(queue, ledger, [f"{group}-{i}" for i in range(n)],
-                                     JobEnqueueOptions(group=group), {"sleep": 0.05})  # fmt: skip
+                        await _stage(
+                            queue,
+                            ledger,
+                            [f"{group}-{i}" for i in range(n)],
+                            JobEnqueueOptions(group=group),
+                            {"sleep": 0.05},
+                        )
                 accepted = accepted_jobs(producer_ledger)
                 staged_seen = int(await client.execute("XLEN", queue.keys.scheduled))
                 await wait_until_settled(queue, accepted, 40)
@@ -308,8 +341,9 @@ class TrimScenario:
             ("job-groups", ("tenant-a-", "tenant-b-")),
         ):
             jobs = [j for j in accepted if j.startswith(prefixes)]
-            verdict = reconcile(self.name, f"staged:{case}/ready", jobs, outcomes, elapsed,
-                                expect_dead=["(no job)"])  # fmt: skip
+            verdict = reconcile(
+                self.name, f"staged:{case}/ready", jobs, outcomes, elapsed, expect_dead=["(no job)"]
+            )
             verdicts.append(
                 _verdict(verdict, extra, {**watch.details(), "staged at start": staged_seen})
             )
