@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +20,7 @@ from ...codecs import JsonValueCodec
 from ...jobs import JobQueue
 from ...jobs.queue import _s
 from ...redis.client import RedisClient, connect
+from ...reliable import ReliableQueue
 from ..ledger import Ledger, read_ledger
 from ..model import ChaosContext, Verdict
 from ..observe import wait_until_settled
@@ -205,6 +207,7 @@ class GroupBootstrapScenario:
                 await self.deleted_job_group(ctx, client),
                 await self.deleted_stream_group(ctx, client),
                 await self.deleted_mid_run(ctx, client),
+                await self.deleted_reliable_group(ctx, client),
             ]
 
     def _size(self, ctx: ChaosContext) -> int:
@@ -417,6 +420,71 @@ class GroupBootstrapScenario:
                 "first-wave re-executions": replayed,
             },
         )
+
+    async def deleted_reliable_group(self, ctx: ChaosContext, client: RedisClient) -> Verdict:
+        """A reliable queue (client-driven: send / receive / ack) whose private group is
+        deleted with messages acknowledged, leased and waiting. The next ``receive`` recreates
+        the group at ``0``: acknowledged messages (deleted entries) must not come back, the
+        waiting ones are delivered, and the leased ones keep their leases: they are not handed
+        to a second receiver, and their holders' acks still succeed."""
+        started = time.monotonic()
+        name = ctx.name("boot-deleted-reliable")
+        queue = ReliableQueue(client, name, JsonValueCodec())
+        ledger_path = ctx.path(name, "producer.jsonl")
+        n = self._size(ctx)
+        acks: Counter[str] = Counter()
+        deliveries: Counter[str] = Counter()
+        extra: list[str] = []
+        with Ledger(ledger_path) as ledger:
+            for i in range(n):
+                ledger.record(kind="intent", job=f"msg-{i}")
+                await queue.send({"job": f"msg-{i}"}, dedup_id=f"msg-{i}")
+                ledger.record(kind="accepted", job=f"msg-{i}")
+
+        async def settle(batch: Sequence[Any]) -> list[bool]:
+            results = await queue.ack_many(batch)
+            for message, ok in zip(batch, results, strict=True):
+                acks[message.payload["job"]] += ok
+            return results
+
+        first = await queue.receive(30, max=n // 2)
+        for message in first:
+            deliveries[message.payload["job"]] += 1
+        await settle(first)
+        leased = await queue.receive(30, max=5)
+        for message in leased:
+            deliveries[message.payload["job"]] += 1
+        await client.execute("XGROUP", "DESTROY", queue.keys.stream, "respire")
+        while batch := await queue.receive(30, max=50):
+            for message in batch:
+                deliveries[message.payload["job"]] += 1
+            await settle(batch)
+        late_acks = await settle(leased)  # the holders finish after the deletion
+        replayed = sum(deliveries[m.payload["job"]] - 1 for m in first)
+        if replayed:
+            extra.append(f"{replayed} acknowledged messages were delivered again")
+        stolen = sum(deliveries[m.payload["job"]] - 1 for m in leased)
+        if stolen:
+            extra.append(f"{stolen} leased messages were handed to another receiver")
+        if not all(late_acks):
+            extra.append(f"{late_acks.count(False)} acks of live leases were refused")
+        outcomes = Outcomes()
+        for job in acks:
+            outcomes.completed[job] = acks[job]
+            outcomes.executions[job] = deliveries[job]
+        verdict = reconcile(
+            self.name,
+            "group-deleted:recreate-0/reliable-queue",
+            accepted_jobs(ledger_path),
+            outcomes,
+            time.monotonic() - started,
+        )
+        return _with(
+            verdict,
+            extra,
+            {"acknowledged before": len(first), "leased at the deletion": len(leased),
+             "late acks accepted": late_acks.count(True), "acknowledged redelivered": replayed},
+        )  # fmt: skip
 
     async def deleted_stream_group(self, ctx: ChaosContext, client: RedisClient) -> Verdict:
         """A stream worker whose group starts at ``0-0``, told to recreate a vanished group at

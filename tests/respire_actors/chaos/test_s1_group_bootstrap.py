@@ -22,13 +22,14 @@ async def test_group_bootstrap_and_deletion_follow_the_contract(chaos_ctx: Chaos
         "group-deleted:fail/job-queue",
         "group-deleted:recreate-$/stream-worker-0-0",
         "group-deleted-mid-run:recreate-$/job-queue",
+        "group-deleted:recreate-0/reliable-queue",
     ]
     for case, v in verdicts.items():
         assert v.passed, v
         assert v.accepted > 0 and v.duplicates == 0, v
         if case != "group-deleted-mid-run:recreate-$/job-queue":
             assert v.completed == v.accepted and v.lost == 0, v
-        if case.startswith("group-deleted"):
+        if case.startswith("group-deleted") and "reliable" not in case:
             assert v.details["first-wave re-executions"] == 0, v
     deploy = verdicts["concurrent-deploy+backlog/job-queue"].details
     assert deploy["groups"] == ["respire"] and deploy["backlog completed"] == 30
@@ -40,3 +41,6 @@ async def test_group_bootstrap_and_deletion_follow_the_contract(chaos_ctx: Chaos
     # the skipped jobs are exactly the measured ones the deleted group owed, never more
     assert mid_run.details["owed by the deleted group (skipped, documented)"] > 0
     assert mid_run.lost <= mid_run.details["owed by the deleted group (skipped, documented)"]
+    reliable = verdicts["group-deleted:recreate-0/reliable-queue"].details
+    assert reliable["acknowledged redelivered"] == 0
+    assert reliable["late acks accepted"] == reliable["leased at the deletion"] > 0
