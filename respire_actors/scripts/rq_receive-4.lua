@@ -18,7 +18,9 @@
 --    otherwise it is redelivered with count + 1, until max messages are leased. An entry whose
 --    payload is gone has its metadata dropped.
 -- 2. The rest of the batch comes from never-delivered entries (XREADGROUP >), with count 1.
---    A queue creates its private group at id 0 on first use.
+--    A queue creates its private group at id 0 on first use, and again if someone deleted it:
+--    acknowledged messages are deleted entries, so they cannot come back; an entry that still
+--    has a receipt (leased, or NACKed and not yet due) is skipped, its deadline decides.
 -- Every leased entry gets deadline now + visibility on the server's clock and a fresh stamp.
 -- Returns {now ms, number moved to dead letters, then per message: id, payload, count, stamp,
 -- traceparent, tracestate} (the last two from _respire.trace.parent / _respire.trace.state,
@@ -116,14 +118,20 @@ if leased < max and stream_exists then
   if reply then
     for _, entry in ipairs(reply[1][2]) do
       local id = entry[1]
-      redis.call('HSET', receipts, id, '1:' .. stamp)
-      redis.call('ZADD', deadlines, deadline, id)
-      out[#out + 1] = id
-      out[#out + 1] = rq_field(entry[2], 'p') or ''
-      out[#out + 1] = 1
-      out[#out + 1] = stamp
-      out[#out + 1] = rq_field(entry[2], '_respire.trace.parent') or ''
-      out[#out + 1] = rq_field(entry[2], '_respire.trace.state') or ''
+      -- An entry that already has a receipt was handed out before: its group was deleted and
+      -- recreated at 0 (XGROUP DESTROY by someone). Its lease or due NACK is still tracked in
+      -- the deadlines set, which alone decides when it is delivered again; leasing it here would
+      -- give a live lease to a second receiver.
+      if not redis.call('HGET', receipts, id) then
+        redis.call('HSET', receipts, id, '1:' .. stamp)
+        redis.call('ZADD', deadlines, deadline, id)
+        out[#out + 1] = id
+        out[#out + 1] = rq_field(entry[2], 'p') or ''
+        out[#out + 1] = 1
+        out[#out + 1] = stamp
+        out[#out + 1] = rq_field(entry[2], '_respire.trace.parent') or ''
+        out[#out + 1] = rq_field(entry[2], '_respire.trace.state') or ''
+      end
     end
   end
 end

@@ -409,3 +409,29 @@ async def test_leases_of_one_message_never_overlap_under_concurrent_redelivery(
         (_, first_end), (_, second_end) = leases
         second_start = second_end - visibility_ms
         assert second_start >= first_end, message_id
+
+
+async def test_a_deleted_group_neither_replays_acked_messages_nor_breaks_live_leases(
+    client: RedisClient, queue: ReliableQueue[str]
+) -> None:
+    # Someone deletes the queue's private group (XGROUP DESTROY). The next receive recreates it
+    # at 0: acknowledged messages are gone with their entries, and a message still leased keeps
+    # its lease (it is not handed to a second receiver) until the lease ends.
+    ids = await queue.send_many(["acked", "leased", "waiting"])
+    (acked,) = await queue.receive(LONG, max=1)
+    assert await queue.ack(acked) is True
+    (leased,) = await queue.receive(MEDIUM, max=1)
+    await client.execute("XGROUP", "DESTROY", queue.stream_key, "respire")
+
+    batch = await queue.receive(LONG, max=10)
+    assert [(m.id, m.payload, m.delivery_count) for m in batch] == [(ids[2], "waiting", 1)]
+    assert await queue.receive(LONG, max=10) == []  # the leased one stays invisible
+    assert await queue.ack(batch[0]) is True
+
+    await wait_for_server_time(client, leased.lease_deadline_ms)
+    (again,) = await queue.receive(LONG, max=10)  # its lease ended: redelivered once
+    assert (again.id, again.payload, again.delivery_count) == (ids[1], "leased", 2)
+    assert await queue.ack(leased) is False  # the first receipt is fenced off
+    assert await queue.ack(again) is True
+    assert await queue.receive(LONG, max=10) == []
+    assert await entry_ids(client, queue.stream_key) == []
