@@ -14,8 +14,12 @@ what every job does:
   after recording the effect, on attempt ``kill_attempt`` (default 1) only.
 
 Every handler execution that reaches its effect appends ``{"kind": "effect", "job", "attempt",
-"pid"}`` to the ``--effects`` ledger (fsynced) before returning. ``--ready-file`` is written once
-the worker has started every actor.
+"pid", "at"}`` (``at``: wall-clock seconds) to the ``--effects`` ledger (fsynced) before
+returning. ``--ready-file`` is written once the worker has started every actor.
+
+``--username`` with ``--password-file`` connects through a credential provider that reads the
+file on every new connection, so a password rotated in the file is used by the next reconnect
+(docs/security.md, "Rotating credentials").
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -75,7 +80,9 @@ def build_worker(args: argparse.Namespace, effects: Ledger) -> Worker:
             raise HandlerFailure("poison payload")
         if fail == "permanent":
             return DeadLetter(detail="permanent failure")
-        effects.record(kind="effect", job=job.id, attempt=job.attempt, pid=os.getpid())
+        effects.record(
+            kind="effect", job=job.id, attempt=job.attempt, pid=os.getpid(), at=time.time()
+        )
         if kill_now and kill == "mid-handler":
             _kill_self()
         if fail == "ambiguous" and job.attempt <= int(spec.get("times", 1)):
@@ -88,7 +95,10 @@ def build_worker(args: argparse.Namespace, effects: Ledger) -> Worker:
 async def _main(args: argparse.Namespace) -> None:
     with Ledger(Path(args.effects)) as effects:
         worker = build_worker(args, effects)
-        async with connect(args.url) as client, anyio.create_task_group() as tg:
+        async with (
+            connect(args.url, **_credentials(args)) as client,
+            anyio.create_task_group() as tg,
+        ):
             await tg.start(worker.run, client)
             if args.ready_file:
                 await anyio.Path(args.ready_file).write_text(str(os.getpid()))
@@ -100,6 +110,17 @@ async def _main(args: argparse.Namespace) -> None:
                         return
 
             tg.start_soon(stop_on_sigterm)
+
+
+def _credentials(args: argparse.Namespace) -> dict[str, Any]:
+    if not args.password_file:
+        return {}
+    password_file = Path(args.password_file)
+
+    def provider() -> tuple[str, str]:
+        return args.username or "default", password_file.read_text().strip()
+
+    return {"credential_provider": provider}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -116,6 +137,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--grace-ms", type=int, default=2000)
     p.add_argument("--timeout-ms", type=int, default=0, help="execution budget (0: none)")
     p.add_argument("--no-renew", action="store_true", help="no lease renewer")
+    p.add_argument("--username", help="ACL user (with --password-file)")
+    p.add_argument("--password-file", help="read the password from this file per connection")
     p.add_argument("--durable-retries", action="store_true", help="QueueOptions (durable retries)")
     return p
 
