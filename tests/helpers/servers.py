@@ -36,6 +36,8 @@ __all__ = [
     "start_cluster",
     "start_valkey",
     "wait_cluster_ok",
+    "server_binary",
+    "CHAOS_PAIRS",
 ]
 
 
@@ -282,3 +284,22 @@ def short_tmp_dir(prefix: str = "ra-") -> Path:
     import tempfile
 
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp" if os.path.isdir("/tmp") else None))
+
+
+def server_binary(server: str) -> Path | None:
+    """The binary chaos scenarios start their own servers from: None for ``valkey`` (the
+    embedded valkey-server), the system's redis-server for ``redis`` (skips without one)."""
+    if server == "valkey":
+        return None
+    import shutil
+
+    import pytest
+
+    found = shutil.which("redis-server")
+    if found is None:
+        pytest.skip("no redis-server on PATH")
+    return Path(found)
+
+
+CHAOS_PAIRS = [("asyncio", "valkey"), ("trio", "redis")]
+"""(anyio backend, server) pairs the process-heavy chaos scenario tests run on."""

@@ -54,7 +54,7 @@ Fault = Callable[[], Awaitable[dict[str, Any]]]
 
 def _sizes(ctx: ChaosContext) -> tuple[int, int, float]:
     """(jobs before the fault, jobs after it, seconds between enqueues)."""
-    return (1500, 1500, 0.005) if ctx.full else (80, 80, 0.005)
+    return (1500, 1500, 0.005) if ctx.full else (60, 60, 0.005)
 
 
 async def _thread(fn: Callable[..., Any], *args: Any) -> Any:
@@ -119,7 +119,7 @@ async def _exercise(
     effects = ctx.path(name, "effects.jsonl")
     ledger_path = ctx.path(name, "producer.jsonl")
     before, after, interval = _sizes(ctx)
-    workers = await _thread(_start_workers, ctx, url, name, effects)
+    workers = await _thread(_start_workers, ctx, url, name, effects, 2 if ctx.full else 1)
     exits: list[int] = []
     try:
         async with connect(url, command_timeout=2.0) as client:

@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
+from helpers.servers import CHAOS_PAIRS, server_binary
 
 from respire_actors.chaos.model import ChaosContext
 from respire_actors.chaos.scenarios.s7_failover import Failover
 
 pytestmark = pytest.mark.anyio
 
-PAIRS = [("asyncio", "valkey"), ("trio", "redis")]
 
-
-def server_binary(server: str) -> Path | None:
-    """None: the embedded valkey-server; else the system's redis-server (7.0)."""
-    if server == "valkey":
-        return None
-    found = shutil.which("redis-server")
-    if found is None:
-        pytest.skip("no redis-server on PATH")
-    return Path(found)
-
-
-@pytest.mark.parametrize(("anyio_backend", "server"), PAIRS)
+@pytest.mark.parametrize(("anyio_backend", "server"), CHAOS_PAIRS)
 async def test_failover_loses_only_the_lag_and_the_outbox_repairs_it(
     anyio_backend: str, server: str, tmp_path: Path
 ) -> None:
