@@ -38,7 +38,14 @@ from ...codecs import JsonValueCodec
 from ...jobs import JobQueue
 from ...keys import JobQueueKeys
 from ...redis.client import connect
-from ..cluster import failover, key_slot, replication, replication_lag, slot_ranges
+from ..cluster import (
+    failover,
+    key_slot,
+    replication,
+    replication_lag,
+    slot_ranges,
+    wait_replica_synced,
+)
 from ..ledger import Ledger, read_ledger
 from ..model import ChaosContext, Verdict
 from ..outbox import OutboxProducer, accepted_between, pending_count, resend, settle
@@ -54,7 +61,7 @@ Fault = Callable[[], Awaitable[dict[str, Any]]]
 
 def _sizes(ctx: ChaosContext) -> tuple[int, int, float]:
     """(jobs before the fault, jobs after it, seconds between enqueues)."""
-    return (1500, 1500, 0.005) if ctx.full else (60, 60, 0.005)
+    return (500, 500, 0.005) if ctx.full else (60, 60, 0.005)
 
 
 async def _thread(fn: Callable[..., Any], *args: Any) -> Any:
@@ -109,13 +116,13 @@ def _sync_point(primary: ServerProcess, replica: ServerProcess, timeout: float =
 
 
 async def _exercise(
-    ctx: ChaosContext, case: str, url: str, fault: Fault, *, graceful: bool
+    ctx: ChaosContext, case: str, url: str, fault: Fault, *, graceful: bool, queue_name: str = ""
 ) -> Verdict:
     """Workers and an outbox producer on ``url``; ``fault`` runs once half the jobs are
     accepted and returns its evidence (``sync_at``: writes before it are on the new primary;
     ``killed_at``; ``lag_bytes``...). Then settle, re-send the loss window, reconcile."""
     started = time.monotonic()
-    name = ctx.name(case.replace(":", "-"))
+    name = queue_name or ctx.name(case.replace(":", "-"))
     effects = ctx.path(name, "effects.jsonl")
     ledger_path = ctx.path(name, "producer.jsonl")
     before, after, interval = _sizes(ctx)
@@ -287,20 +294,30 @@ def _via(primary: ServerProcess, port: int) -> ServerProcess:
     return replace(primary, port=port)
 
 
-async def _cluster(ctx: ChaosContext, graceful: bool) -> Verdict:
-    case = "cluster-failover:" + ("graceful" if graceful else "force-after-sigkill")
-    name = ctx.name(case.replace(":", "-"))
-    slot = key_slot(JobQueueKeys(name).ready)
-    master_index = next(i for i, (start, end) in enumerate(slot_ranges(3)) if start <= slot <= end)
+def _queue_in_range(ctx: ChaosContext, label: str, first: int, last: int) -> str:
+    """A queue name for ``label`` whose slot lies in [first, last]."""
+    for i in range(100000):
+        name = ctx.name(f"{label}-{i}")
+        if first <= key_slot(JobQueueKeys(name).ready) <= last:
+            return name
+    raise RuntimeError("no queue name found for the slot range")
+
+
+async def _cluster(ctx: ChaosContext) -> list[Verdict]:
+    """Both cluster cases on one cluster: a graceful failover swaps the queue's master and its
+    replica; then the new master is SIGKILLed and the old one, its replica now, takes over."""
+    first, last = slot_ranges(3)[0]
+    graceful_queue = _queue_in_range(ctx, "cluster-failover-graceful", first, last)
+    killed_queue = _queue_in_range(ctx, "cluster-failover-force-after-sigkill", first, last)
     cluster = await _thread(
         lambda: start_cluster(
-            ctx.path(name, "cluster", "x").parent,
+            ctx.path(graceful_queue, "cluster", "x").parent,
             3,
             binary=ctx.server_binary,
-            replicas_of=[master_index],
+            replicas_of=[0],
         )
     )
-    master, (replica,) = cluster.masters[master_index], cluster.replicas
+    master, (replica,) = cluster.masters[0], cluster.replicas
     try:
 
         async def graceful_failover() -> dict[str, Any]:
@@ -309,20 +326,28 @@ async def _cluster(ctx: ChaosContext, graceful: bool) -> Verdict:
             return {"sync_at": sync_at, "switched_at": time.time(), "lag_bytes": 0,
                     "promotion_ms": round(took * 1000)}  # fmt: skip
 
+        graceful = await _exercise(
+            ctx, "cluster-failover:graceful", cluster.url, graceful_failover, graceful=True,
+            queue_name=graceful_queue,
+        )  # fmt: skip
+        # the roles are swapped now: the old master follows the promoted replica
+        primary, standby = replica, master
+        await _thread(wait_replica_synced, standby)
+
         async def force_after_sigkill() -> dict[str, Any]:
-            sync_at = await _thread(_sync_point, master, replica)
-            offset = int(replication(master)["master_repl_offset"])  # a lower bound
-            await _thread(master.kill)
+            sync_at = await _thread(_sync_point, primary, standby)
+            offset = int(replication(primary)["master_repl_offset"])  # a lower bound
+            await _thread(primary.kill)
             killed_at = time.time()
-            received = int(replication(replica).get("slave_repl_offset", 0))
+            received = int(replication(standby).get("slave_repl_offset", 0))
             mode = "FORCE"
             try:
                 took = await _thread(
-                    lambda: failover(replica, "FORCE", cluster=cluster.live(), timeout=8.0)
+                    lambda: failover(standby, "FORCE", cluster=cluster.live(), timeout=8.0)
                 )
             except Exception:
                 mode = "TAKEOVER"
-                took = await _thread(lambda: failover(replica, "TAKEOVER", cluster=cluster.live()))
+                took = await _thread(lambda: failover(standby, "TAKEOVER", cluster=cluster.live()))
             return {
                 "sync_at": sync_at,
                 "killed_at": killed_at,
@@ -333,8 +358,11 @@ async def _cluster(ctx: ChaosContext, graceful: bool) -> Verdict:
                 "promotion_ms": round(took * 1000),
             }
 
-        fault = graceful_failover if graceful else force_after_sigkill
-        return await _exercise(ctx, case, cluster.url, fault, graceful=graceful)
+        killed = await _exercise(
+            ctx, "cluster-failover:force-after-sigkill", cluster.url, force_after_sigkill,
+            graceful=False, queue_name=killed_queue,
+        )  # fmt: skip
+        return [graceful, killed]
     finally:
         await _thread(cluster.stop)
 
@@ -351,6 +379,5 @@ class Failover:
         return [
             await _single_server(ctx, graceful=True),
             await _single_server(ctx, graceful=False),
-            await _cluster(ctx, graceful=True),
-            await _cluster(ctx, graceful=False),
+            *await _cluster(ctx),
         ]

@@ -119,10 +119,14 @@ async def _reshard(ctx: ChaosContext) -> Verdict:
                     evidence["killed_at"] = time.time()
                     evidence["killed_worker_exit"] = first.process.returncode
                     await anyio.sleep(hold * 0.25)
-                    fresh = await _thread(spawn_worker)  # started mid-move
-                    evidence["fresh_worker_ready_in_move"] = True
+                    fresh = spawn_worker(wait=False)  # started mid-move: it waits for it
+                    evidence["graceful_stop_requested_at"] = time.time()
                     evidence["graceful_exit_mid_move"] = await _thread(_stop, second)
-                    evidence["fresh_worker_pid"] = fresh.pid
+                    evidence["graceful_stop_ms"] = round(
+                        (time.time() - evidence["graceful_stop_requested_at"]) * 1000
+                    )
+                    await _thread(lambda: fresh.wait_ready(timeout=hold + 30))
+                    evidence["fresh_worker_ready_at"] = time.time()
 
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(produce)
@@ -150,6 +154,8 @@ async def _reshard(ctx: ChaosContext) -> Verdict:
         violations.append(f"worker exit codes {exits}")
     if pending_left:
         violations.append(f"{pending_left} deliveries still pending")
+    if not evidence.get("graceful_stop_requested_at", 1e18) < evidence.get("moved_at", 0):
+        violations.append("the graceful stop did not happen during the move")
     if not evidence.get("keys_moved"):
         violations.append("no key was migrated")
     rerun_at = _reexecution_times(effects, evidence.get("killed_at", 0.0))
