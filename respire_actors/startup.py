@@ -3,7 +3,10 @@
 A server that has just restarted answers some commands (``INFO``, ``COMMAND``) while it is
 still loading its data set, and refuses the rest with ``LOADING``. Nothing runs during that
 time, so a start-up step that is refused this way is safe to repeat: :func:`wait_until_loaded`
-waits for the data set, and :func:`retry_while_loading` repeats one start-up step.
+waits for the data set, and :func:`retry_while_loading` repeats one start-up step. The same
+holds for a cluster that is reconfiguring (:class:`ClusterReconfiguring`: a slot half-migrated,
+or a failover in progress): the refused step did not run, and a worker started meanwhile waits
+instead of failing.
 :func:`connect_when_loaded` is :func:`~respire_actors.redis.client.connect` plus that wait; it
 also retries a connection whose handshake the loading server refused (``serve`` uses it).
 """
@@ -17,7 +20,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from .errors import RedisUnavailable, ServerLoading
+from .errors import ClusterReconfiguring, RedisUnavailable, ServerLoading
 from .redis.client import RedisClient, connect
 
 T = TypeVar("T")
@@ -42,10 +45,11 @@ async def wait_until_loaded(
 async def retry_while_loading(
     step: Callable[[], Awaitable[T]], *, timeout: float = DEFAULT_LOADING_TIMEOUT
 ) -> T:
-    """Run ``step`` and repeat it while the server answers ``LOADING``.
+    """Run ``step`` and repeat it while the server answers ``LOADING`` or the cluster is
+    reconfiguring (:class:`ClusterReconfiguring`, after the client's own retries).
 
-    Only for steps that are safe to repeat (a ``LOADING`` refusal means nothing ran). Waits
-    with a growing pause (50 ms up to 1 s); raises :class:`RedisUnavailable` after ``timeout``.
+    Only for steps that are safe to repeat (both refusals mean nothing ran). Waits with a
+    growing pause (50 ms up to 1 s); raises :class:`RedisUnavailable` after ``timeout``.
     """
     delay = 0.05
     told = False
@@ -53,6 +57,10 @@ async def retry_while_loading(
         while True:
             try:
                 return await step()
+            except ClusterReconfiguring as exc:
+                if not told:
+                    log.info("the cluster is reconfiguring (%s); waiting for it", exc)
+                    told = True
             except (ServerLoading, RedisUnavailable) as exc:
                 # a new pooled connection's handshake refused with LOADING arrives as
                 # RedisUnavailable: retried too, any other RedisUnavailable is not
@@ -64,8 +72,9 @@ async def retry_while_loading(
             await anyio.sleep(delay)
             delay = min(delay * 2, 1.0)
     raise RedisUnavailable(
-        f"the server was still loading its data set after {timeout:g} s; "
-        "wait for it to finish (INFO persistence shows loading:0) and start again"
+        f"the server was still loading its data set (or the cluster reconfiguring) after "
+        f"{timeout:g} s; wait for it to finish (INFO persistence shows loading:0, CLUSTER INFO "
+        "cluster_state:ok with no slot migrating) and start again"
     )
 
 

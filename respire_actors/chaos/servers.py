@@ -11,10 +11,14 @@ import contextlib
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..embedded import _answers_as_sync, free_port, valkey_binary
+from .admin import SyncRedis
+from .cluster import add_replica, bootstrap_cluster, cluster_node_args, wait_replica_synced
 
 
 class ServerStartError(RuntimeError):
@@ -39,6 +43,14 @@ class ServerProcess:
     def pid(self) -> int:
         assert self.process is not None
         return self.process.pid
+
+    def sync_client(self, timeout: float = 5.0) -> SyncRedis:
+        return SyncRedis("127.0.0.1", self.port, timeout=timeout)
+
+    def execute(self, *args: str | bytes | int | float) -> Any:
+        """Run one admin command on a fresh connection (raises OSError once it is killed)."""
+        with self.sync_client() as conn:
+            return conn.execute(*args)
 
     def start(self, ready_timeout: float = 20.0) -> ServerProcess:
         """Start (or restart after :meth:`kill`) on the same port and directory; wait until it
@@ -112,3 +124,84 @@ def spawn_server(
         binary or valkey_binary(), data_dir, port or free_port(), (*defaults, *args)
     )
     return server.start()
+
+
+def spawn_replica(data_dir: Path, primary: ServerProcess, *args: str) -> ServerProcess:
+    """Start a replica of ``primary`` (``--replicaof``, same binary) and wait for its initial
+    sync. Promote it with ``execute("REPLICAOF", "NO", "ONE")``."""
+    primary.execute("CONFIG", "SET", "repl-diskless-sync-delay", "0")  # sync at once
+    replica = spawn_server(
+        data_dir, "--replicaof", "127.0.0.1", str(primary.port), *args, binary=primary.binary
+    )
+    try:
+        wait_replica_synced(replica)
+    except BaseException:
+        replica.stop()
+        raise
+    return replica
+
+
+@dataclass
+class ChaosCluster:
+    """A Redis Cluster of throwaway servers: ``masters`` (in slot order) and ``replicas``."""
+
+    masters: list[ServerProcess] = field(default_factory=list)
+    replicas: list[ServerProcess] = field(default_factory=list)
+    base_dir: Path = Path(".")
+    binary: Path | None = None
+    node_timeout_ms: int = 2000
+
+    @property
+    def nodes(self) -> list[ServerProcess]:
+        return [*self.masters, *self.replicas]
+
+    @property
+    def url(self) -> str:
+        """``redis+cluster://`` URL listing every node as a startup node."""
+        hosts = ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+        return f"redis+cluster://{hosts}"
+
+    def _node(self, label: str) -> ServerProcess:
+        args = cluster_node_args(free_port(), "nodes.conf", self.node_timeout_ms)
+        return spawn_server(self.base_dir / label, *args, binary=self.binary)
+
+    def add_replica(self, master: ServerProcess) -> ServerProcess:
+        """Start a node, MEET it, ``CLUSTER REPLICATE`` ``master`` and wait for its sync."""
+        replica = self._node(f"replica-{len(self.replicas)}")
+        try:
+            add_replica(self.live(), replica, master)
+        except BaseException:
+            replica.stop()
+            raise
+        self.replicas.append(replica)
+        return replica
+
+    def live(self) -> list[ServerProcess]:
+        return [n for n in self.nodes if n.alive()]
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
+def start_cluster(
+    base_dir: Path,
+    masters: int = 3,
+    *,
+    binary: Path | None = None,
+    node_timeout_ms: int = 2000,
+    replicas_of: Sequence[int] = (),
+) -> ChaosCluster:
+    """Start ``masters`` cluster-enabled nodes with the slots split evenly, then one replica
+    for each master index in ``replicas_of``."""
+    cluster = ChaosCluster(base_dir=base_dir, binary=binary, node_timeout_ms=node_timeout_ms)
+    try:
+        for i in range(masters):
+            cluster.masters.append(cluster._node(f"master-{i}"))
+        bootstrap_cluster(cluster.masters)
+        for index in replicas_of:
+            cluster.add_replica(cluster.masters[index])
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster

@@ -23,11 +23,16 @@ With ``--stream-start-id ID`` the process is a stream worker instead: it consume
 field (JSON, optional) says what the handler does, as above.
 
 Every handler execution that reaches its effect appends ``{"kind": "effect", "job", "attempt",
-"pid", "running"}`` to the ``--effects`` ledger (fsynced) before returning; ``running`` is how
-many handlers of this process were executing at that moment (at most ``--consumers``). With
-``--record-recovery`` each recovery pass that claimed deliveries appends ``{"kind":
-"recovery-pass", "claimed", "pages", "pid"}`` (from the ``recovery-pass`` telemetry log).
-``--ready-file`` is written once the worker has started every actor.
+"pid", "running", "at"}`` to the ``--effects`` ledger (fsynced) before returning; ``running``
+is how many handlers of this process were executing at that moment (at most ``--consumers``),
+``at`` the wall-clock time in seconds. With ``--record-recovery`` each recovery pass that
+claimed deliveries appends ``{"kind": "recovery-pass", "claimed", "pages", "pid"}`` (from the
+``recovery-pass`` telemetry log). ``--ready-file`` is written once the worker has started
+every actor.
+
+``--username`` with ``--password-file`` connects through a credential provider that reads the
+file on every new connection, so a password rotated in the file is used by the next reconnect
+(docs/security.md, "Rotating credentials").
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import json
 import logging
 import os
 import signal
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -90,7 +96,14 @@ async def _perform(spec: dict[str, Any], job_id: str, attempt: int, effects: Led
         raise HandlerFailure("poison payload")
     if fail == "permanent":
         return DeadLetter(detail="permanent failure")
-    effects.record(kind="effect", job=job_id, attempt=attempt, pid=os.getpid(), running=_running)
+    effects.record(
+        kind="effect",
+        job=job_id,
+        attempt=attempt,
+        pid=os.getpid(),
+        running=_running,
+        at=time.time(),
+    )
     if kill_now and kill == "mid-handler":
         _kill_self()
     if fail == "ambiguous" and attempt <= int(spec.get("times", 1)):
@@ -186,7 +199,10 @@ async def _main(args: argparse.Namespace) -> None:
             if args.stream_start_id
             else build_worker(args, effects)
         )
-        async with connect(args.url) as client, anyio.create_task_group() as tg:
+        async with (
+            connect(args.url, **_credentials(args)) as client,
+            anyio.create_task_group() as tg,
+        ):
             await tg.start(worker.run, client)
             if args.ready_file:
                 await anyio.Path(args.ready_file).write_text(str(os.getpid()))
@@ -198,6 +214,17 @@ async def _main(args: argparse.Namespace) -> None:
                         return
 
             tg.start_soon(stop_on_sigterm)
+
+
+def _credentials(args: argparse.Namespace) -> dict[str, Any]:
+    if not args.password_file:
+        return {}
+    password_file = Path(args.password_file)
+
+    def provider() -> tuple[str, str]:
+        return args.username or "default", password_file.read_text().strip()
+
+    return {"credential_provider": provider}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -218,6 +245,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--grace-ms", type=int, default=2000)
     p.add_argument("--timeout-ms", type=int, default=0, help="execution budget (0: none)")
     p.add_argument("--no-renew", action="store_true", help="no lease renewer")
+    p.add_argument("--username", help="ACL user (with --password-file)")
+    p.add_argument("--password-file", help="read the password from this file per connection")
     p.add_argument("--durable-retries", action="store_true", help="QueueOptions (durable retries)")
     p.add_argument(
         "--retry-backoff-ms",

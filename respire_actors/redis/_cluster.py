@@ -10,7 +10,10 @@ are followed only for commands the server did *not* run:
 * ``ASK slot host:port``: the slot is being migrated and this key is already on the target;
   the command is sent once to the target, preceded by ``ASKING`` in the same write.
 
-A command whose outcome is unknown (lost connection, timeout) is never re-sent.
+A command whose outcome is unknown (lost connection, timeout) is never re-sent, but the node
+that failed it is suspect: the map is marked stale and reloaded before the next command
+(:meth:`ClusterRouter.unreachable`). A primary that died never answers MOVED, so without this a
+client would keep routing its slots to the dead address after a replica took them over.
 """
 
 from __future__ import annotations
@@ -78,6 +81,17 @@ class ClusterRouter:
         return list(self._nodes.values())
 
     # -- slot map -------------------------------------------------------------------------
+    def unreachable(self, address: Address) -> None:
+        """A command to ``address`` failed without a reply (refused, closed, timed out): reload
+        the map before the next command, in case its slots moved to another node."""
+        self._stale = True
+
+    async def route(self, slot: int | None) -> Address:
+        """The address for ``slot``, reloading the map first if it is stale."""
+        if self._stale:
+            await self.refresh()
+        return self.address_for(slot)
+
     async def refresh(self, *, force: bool = False) -> None:
         """Reload the slot map (skipped if another task refreshed it since it went stale)."""
         if not force and not self._stale:

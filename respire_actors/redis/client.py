@@ -618,12 +618,16 @@ class RedisClient:
             assert self._main is not None
             replies = await self._main.request(payload, count, shielded=shielded)
             return replies
-        address = router.address_for(slot)
+        address = await router.route(slot)
         deadline: float | None = None
         backoff = 0.005
         moves = 0
         while True:
-            replies = await router.node(address).request(payload, count, shielded=shielded)
+            try:
+                replies = await router.node(address).request(payload, count, shielded=shielded)
+            except RedisUnavailable:
+                router.unreachable(address)
+                raise
             if count != 1:
                 return replies
             redirect = router.redirection(replies[0], address)
@@ -663,21 +667,26 @@ class RedisClient:
         """Run one command on a pooled dedicated connection (blocking commands)."""
         payload = encode(args)
         router = self._router
-        address = router.address_for(self._slot_of(args)) if router is not None else None
+        address = await router.route(self._slot_of(args)) if router is not None else None
         asking = False  # an ASK redirection: ASKING precedes the command on the target
         for _ in range(MAX_REDIRECTS):
             pool = router.pool(address) if router is not None and address else self._pool
             assert pool is not None
-            conn = await pool.acquire()
             try:
-                request, count = (ASKING + payload, 2) if asking else (payload, 1)
-                if timeout is None:
-                    reply = (await conn.call(request, count))[-1]
-                else:
-                    with anyio.fail_after(timeout):
+                conn = await pool.acquire()
+                try:
+                    request, count = (ASKING + payload, 2) if asking else (payload, 1)
+                    if timeout is None:
                         reply = (await conn.call(request, count))[-1]
-            finally:
-                await pool.release(conn)
+                    else:
+                        with anyio.fail_after(timeout):
+                            reply = (await conn.call(request, count))[-1]
+                finally:
+                    await pool.release(conn)
+            except (RedisUnavailable, TimeoutError):
+                if router is not None and address is not None:
+                    router.unreachable(address)
+                raise
             if router is None or address is None:
                 return reply
             redirect = router.redirection(reply, address)
@@ -794,6 +803,7 @@ class RedisClient:
                 )
             slots.append(slot)
         groups: dict[Address, list[int]] = {}
+        await router.route(None)  # reload a stale map first
         for i, slot in enumerate(slots):
             groups.setdefault(router.address_for(slot), []).append(i)
         results: list[Any] = [None] * len(commands)
@@ -804,6 +814,7 @@ class RedisClient:
             try:
                 replies = await router.node(address).request(payload, len(indices), shielded=True)
             except RedisUnavailable as exc:
+                router.unreachable(address)
                 for i in indices:
                     results[i] = exc
                 return
@@ -1003,7 +1014,7 @@ class BlockingConnection:
         timeout = None if block is None else block + owner.settings.command_timeout
         payload = encode(args)
         router = owner._router
-        address = router.address_for(owner._slot_of(args)) if router is not None else None
+        address = await router.route(owner._slot_of(args)) if router is not None else None
         try:
             for _ in range(MAX_REDIRECTS):
                 conn = await self._conn(address)
@@ -1020,6 +1031,12 @@ class BlockingConnection:
                 address = redirect[1]
                 await router.refresh()  # type: ignore[union-attr]
         except Exception as exc:
+            if (
+                router is not None
+                and address is not None
+                and isinstance(exc, (RedisUnavailable, TimeoutError, OSError))
+            ):
+                router.unreachable(address)
             mapped = map_error(exc)
             if mapped is exc:
                 raise

@@ -16,13 +16,29 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from respire_actors.chaos import cluster as cluster_admin
+from respire_actors.chaos.cluster import CLUSTER_SLOTS, key_slot, slot_ranges
 from respire_actors.embedded import free_port, valkey_binary
 
 from .resp import RespError, SyncRedis, info_fields
 
-CLUSTER_SLOTS = 16384
+__all__ = [
+    "CLUSTER_SLOTS",
+    "Cluster",
+    "ServerStartError",
+    "ValkeyProcess",
+    "key_slot",
+    "port_is_free",
+    "running_valkey",
+    "short_tmp_dir",
+    "slot_ranges",
+    "start_cluster",
+    "start_valkey",
+    "wait_cluster_ok",
+    "server_binary",
+    "CHAOS_PAIRS",
+]
 
 
 class ServerStartError(RuntimeError):
@@ -161,13 +177,19 @@ def running_valkey(data_dir: Path, *extra_args: str, **kwargs: object) -> Iterat
 
 @dataclass
 class Cluster:
-    """A running Redis Cluster of valkey-server masters (no replicas)."""
+    """A running Redis Cluster of valkey-server masters and, once added, their replicas.
+
+    The bootstrap, replica and migration steps are the chaos suite's
+    (:mod:`respire_actors.chaos.cluster`): one implementation for the product and the tests.
+    """
 
     nodes: list[ValkeyProcess] = field(default_factory=list)
+    replicas: list[ValkeyProcess] = field(default_factory=list)
+    base_dir: Path | None = None
 
     @property
     def url(self) -> str:
-        """``redis+cluster://`` URL listing every node as a startup node."""
+        """``redis+cluster://`` URL listing every master as a startup node."""
         hosts = ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
         return f"redis+cluster://{hosts}"
 
@@ -183,11 +205,21 @@ class Cluster:
 
     def owner_of(self, slot: int) -> ValkeyProcess:
         """The node serving ``slot`` now (after migrations, unlike :meth:`node_for_slot`)."""
-        rows: Any = self.nodes[0].execute("CLUSTER", "SLOTS")
-        for row in rows:
-            if int(row[0]) <= slot <= int(row[1]):
-                return next(n for n in self.nodes if n.port == int(row[2][1]))
-        raise ValueError(slot)
+        return cluster_admin.owner_of([*self.nodes, *self.replicas], slot)  # type: ignore[return-value]
+
+    def add_replica(self, master: ValkeyProcess) -> ValkeyProcess:
+        """Start a node, CLUSTER MEET it, CLUSTER REPLICATE ``master``, wait for its sync."""
+        if self.base_dir is None:
+            raise RuntimeError("this cluster was not started by start_cluster")
+        index = len(self.nodes) + len(self.replicas)
+        replica = _start_node(self.base_dir, index)
+        try:
+            cluster_admin.add_replica([*self.nodes, *self.replicas], replica, master)
+        except BaseException:
+            replica.stop()
+            raise
+        self.replicas.append(replica)
+        return replica
 
     def migrate_slot(
         self,
@@ -202,57 +234,19 @@ class Cluster:
         MIGRATE key by key, SETSLOT NODE everywhere). Keys named in ``last`` move only after
         ``hold`` seconds, so the slot stays half-migrated that long (what a slot holding many
         keys looks like to clients); ``step_pause`` sleeps between keys. Returns keys moved."""
-        source = self.owner_of(slot)
-        if source.port == target.port:
-            raise ValueError("the slot is already on the target")
-        source_id = _text(source.execute("CLUSTER", "MYID"))
-        target_id = _text(target.execute("CLUSTER", "MYID"))
-        target.execute("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
-        source.execute("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
-        held = {k.encode() if isinstance(k, str) else k for k in last}
-        moved = 0
-        deadline = time.monotonic() + hold
-
-        def move(key: bytes) -> None:
-            nonlocal moved
-            source.execute("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", key)
-            moved += 1
-            if step_pause:
-                time.sleep(step_pause)
-
-        while True:
-            keys = source.execute("CLUSTER", "GETKEYSINSLOT", slot, 100)
-            early = [k for k in keys if k not in held]  # type: ignore[union-attr]
-            for key in early:
-                move(key)
-            if not early and time.monotonic() >= deadline:
-                break
-            if not early:
-                time.sleep(0.05)
-        for key in source.execute("CLUSTER", "GETKEYSINSLOT", slot, 100000):  # type: ignore[union-attr]
-            move(key)
-        for node in (target, source, *[n for n in self.nodes if n not in (source, target)]):
-            node.execute("CLUSTER", "SETSLOT", slot, "NODE", target_id)
-        return moved
+        return cluster_admin.migrate_slot(
+            [*self.nodes, *self.replicas], slot, target, hold=hold, last=last, step_pause=step_pause
+        )
 
     def stop(self) -> None:
-        for node in self.nodes:
+        for node in (*self.nodes, *self.replicas):
             node.stop()
 
 
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def slot_ranges(masters: int) -> list[tuple[int, int]]:
-    """Split the 16384 slots into ``masters`` contiguous ranges."""
-    step = CLUSTER_SLOTS // masters
-    ranges = []
-    for i in range(masters):
-        start = i * step
-        end = CLUSTER_SLOTS - 1 if i == masters - 1 else start + step - 1
-        ranges.append((start, end))
-    return ranges
+def _start_node(base_dir: Path, index: int) -> ValkeyProcess:
+    bus = free_port()  # the cluster bus port; start_valkey retries a clash
+    args = cluster_admin.cluster_node_args(bus, f"nodes-{index}.conf", 5000)
+    return start_valkey(base_dir / f"node-{index}", *args)
 
 
 def start_cluster(base_dir: Path, masters: int = 3, *, timeout: float = 20.0) -> Cluster:
@@ -260,32 +254,11 @@ def start_cluster(base_dir: Path, masters: int = 3, *, timeout: float = 20.0) ->
 
     Done by hand (CLUSTER ADDSLOTSRANGE + CLUSTER MEET) so it needs no redis-cli.
     """
-    cluster = Cluster()
+    cluster = Cluster(base_dir=base_dir)
     try:
         for i in range(masters):
-            bus = free_port()  # the cluster bus port; start_valkey retries a clash
-            node_dir = base_dir / f"node-{i}"
-            cluster.nodes.append(
-                start_valkey(
-                    node_dir,
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    f"nodes-{i}.conf",
-                    "--cluster-port",
-                    str(bus),
-                    "--cluster-node-timeout",
-                    "5000",
-                )
-            )
-        for node, (start, end) in zip(cluster.nodes, slot_ranges(masters), strict=True):
-            node.execute("CLUSTER", "ADDSLOTSRANGE", start, end)
-        first = cluster.nodes[0]
-        with first.sync_client() as conn:
-            for other in cluster.nodes[1:]:
-                bus_port = int(other.execute("CONFIG", "GET", "cluster-port")[1])  # type: ignore[index]
-                conn.execute("CLUSTER", "MEET", "127.0.0.1", other.port, bus_port)
-        wait_cluster_ok(cluster.nodes, timeout=timeout)
+            cluster.nodes.append(_start_node(base_dir, i))
+        cluster_admin.bootstrap_cluster(cluster.nodes, timeout=timeout)
     except BaseException:
         cluster.stop()
         raise
@@ -294,38 +267,7 @@ def start_cluster(base_dir: Path, masters: int = 3, *, timeout: float = 20.0) ->
 
 def wait_cluster_ok(nodes: Sequence[ValkeyProcess], *, timeout: float = 20.0) -> None:
     """Wait until every node reports ``cluster_state:ok`` and knows every other node."""
-    deadline = time.monotonic() + timeout
-    states: dict[int, dict[str, str]] = {}
-    while time.monotonic() < deadline:
-        for node in nodes:
-            states[node.port] = info_fields(node.execute("CLUSTER", "INFO"))  # type: ignore[arg-type]
-        if all(
-            s.get("cluster_state") == "ok"
-            and s.get("cluster_known_nodes") == str(len(nodes))
-            and s.get("cluster_slots_ok") == str(CLUSTER_SLOTS)
-            for s in states.values()
-        ):
-            return
-        time.sleep(0.05)
-    summary = {p: (s.get("cluster_state"), s.get("cluster_known_nodes")) for p, s in states.items()}
-    raise ServerStartError(f"cluster did not reach state ok within {timeout}s: {summary}")
-
-
-def key_slot(key: str | bytes) -> int:
-    """The Redis Cluster slot of ``key`` (CRC16/XMODEM of its hash tag, mod 16384)."""
-    data = key.encode() if isinstance(key, str) else key
-    start = data.find(b"{")
-    if start >= 0:
-        end = data.find(b"}", start + 1)
-        if end > start + 1:
-            data = data[start + 1 : end]
-    crc = 0
-    for byte in data:
-        crc ^= byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
-            crc &= 0xFFFF
-    return crc % CLUSTER_SLOTS
+    cluster_admin.wait_cluster_ok(nodes, timeout=timeout)
 
 
 def port_is_free(port: int) -> bool:
@@ -342,3 +284,22 @@ def short_tmp_dir(prefix: str = "ra-") -> Path:
     import tempfile
 
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp" if os.path.isdir("/tmp") else None))
+
+
+def server_binary(server: str) -> Path | None:
+    """The binary chaos scenarios start their own servers from: None for ``valkey`` (the
+    embedded valkey-server), the system's redis-server for ``redis`` (skips without one)."""
+    if server == "valkey":
+        return None
+    import shutil
+
+    import pytest
+
+    found = shutil.which("redis-server")
+    if found is None:
+        pytest.skip("no redis-server on PATH")
+    return Path(found)
+
+
+CHAOS_PAIRS = [("asyncio", "valkey"), ("trio", "redis")]
+"""(anyio backend, server) pairs the process-heavy chaos scenario tests run on."""

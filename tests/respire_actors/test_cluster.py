@@ -10,8 +10,15 @@ from typing import Any
 import anyio
 import pytest
 from helpers.servers import Cluster, key_slot, start_cluster
+from helpers.waiting import wait_until
 
-from respire_actors.errors import RespireError, TransactionAborted, ValidationError
+from respire_actors.chaos.cluster import replication_lag
+from respire_actors.errors import (
+    RedisUnavailable,
+    RespireError,
+    TransactionAborted,
+    ValidationError,
+)
 from respire_actors.redis._routing import key_indices
 from respire_actors.redis.client import RedisClient, connect
 from respire_actors.redis.scripts import Script, run_many
@@ -339,3 +346,47 @@ async def test_slot_migration_with_concurrent_traffic(
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# ------------------------------------------------------------------------------------------
+# failover after the primary died (issue #16, scenario 7)
+
+
+async def _until_answered(call: Any, timeout: float = 15.0) -> tuple[Any, int]:
+    """Repeat ``call`` while it raises RedisUnavailable; return its reply and the failures."""
+    failures = 0
+    with anyio.fail_after(timeout):
+        while True:
+            try:
+                return await call(), failures
+            except RedisUnavailable:
+                failures += 1
+                await anyio.sleep(0.05)
+
+
+@pytest.mark.anyio
+async def test_the_client_follows_a_replica_that_took_over_a_dead_primary(
+    small_cluster: Cluster, unique_name: str
+) -> None:
+    """A SIGKILLed primary never answers MOVED: a command to it fails (its outcome unknown),
+    and the client must reload the slot map so the next ones reach the promoted replica, on
+    the shared connection, on blocking connections and in pipelines."""
+    key = f"{{{unique_name}}}:k"
+    master = small_cluster.owner_of(key_slot(key))
+    replica = small_cluster.add_replica(master)
+    async with connect(small_cluster.url, command_timeout=2.0) as client:
+        await client.execute("SET", key, "before")
+        await client.execute("XADD", f"{key}:s", "*", "f", "v")
+        await wait_until(lambda: replication_lag(master, replica) == 0, timeout=10)
+        master.process.kill()
+        master.process.wait()
+        replica.execute("CLUSTER", "FAILOVER", "TAKEOVER")
+        value, failures = await _until_answered(lambda: client.execute("GET", key))
+        assert value == b"before"
+        assert failures <= 3  # one failure per connection that still pointed at the dead node
+        entries, _ = await _until_answered(
+            lambda: client.execute("XREAD", "BLOCK", 10, "STREAMS", f"{key}:s", "0")
+        )
+        assert entries  # the entry written before the failover
+        replies, _ = await _until_answered(lambda: client.pipeline([("INCR", f"{key}:n")]))
+        assert replies == [1]

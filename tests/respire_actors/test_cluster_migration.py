@@ -176,3 +176,47 @@ async def test_a_producer_gets_a_typed_error_that_says_nothing_ran(own_cluster: 
             node.execute("CLUSTER", "SETSLOT", slot, "STABLE")
         assert (await queue.enqueue("second", "x")).enqueued  # the same call, repeated
         assert await client.execute("XLEN", queue.keys.ready) == 2
+
+
+async def test_a_worker_started_while_its_slot_is_half_migrated_waits_and_runs(
+    own_cluster: Cluster,
+) -> None:
+    """Its start-up (the consumer group's creation, a multi-key script) is refused with
+    TRYAGAIN for the whole hold: the worker must wait for the move, not crash at start."""
+    hold = 3.0
+    async with connect(own_cluster.url, cluster_retry_timeout=0.2) as client:
+        queue = JobQueue(client, "orders", StrCodec())
+        for i in range(20):
+            await queue.enqueue(f"j{i}", "x")
+        slot = key_slot(queue.keys.ready)
+        source = own_cluster.owner_of(slot)
+        target = next(n for n in own_cluster.nodes if n.port != source.port)
+        handled: Counter[str] = Counter()
+
+        async def handler(job: Job[str]) -> None:
+            handled[job.id] += 1
+
+        worker = Worker()
+        worker.register("orders", handler, StrCodec(), WorkerOptions(consumer_count=2))
+        moved = anyio.Event()
+
+        async def migrate() -> None:
+            keep = [queue.keys.ready, queue.keys.events]
+            await anyio.to_thread.run_sync(
+                lambda: own_cluster.migrate_slot(slot, target, hold=hold, last=keep)
+            )
+            moved.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(migrate)
+            held = {queue.keys.ready.encode(), queue.keys.events.encode()}
+
+            def only_streams_left() -> bool:
+                return set(source.execute("CLUSTER", "GETKEYSINSLOT", slot, 100)) <= held  # type: ignore[arg-type]
+
+            await wait_until(only_streams_left)  # the other keys moved: the slot is split
+            await tg.start(worker.run, client)  # starts (ready) only once the move ended
+            assert moved.is_set() or client.statistics().cluster_retries > 0
+            await wait_until(lambda: len(handled) == 20, timeout=20)
+            await worker.stop()
+    assert all(n == 1 for n in handled.values())
