@@ -11,27 +11,42 @@ what every job does:
   was not reported: the retry re-executes it);
 * ``{"fail": "hang"}`` - never return (the execution budget, ``--timeout-ms``, bounds it);
 * ``{"kill": "after-delivery"}`` / ``{"kill": "mid-handler"}`` - SIGKILL this process before /
-  after recording the effect, on attempt ``kill_attempt`` (default 1) only.
+  after recording the effect, on attempt ``kill_attempt`` (default 1) only;
+  ``{"kill": "before-commit"}`` / ``{"kill": "after-commit"}`` - return, having armed the
+  completer's fault point (:mod:`respire_actors.faults`) so the process is SIGKILLed right
+  before the batch holding this outcome is sent / right after its script replied;
+  ``"kill_total_attempt": n`` compares ``n`` with the total attempt count (across durable
+  retries) instead of the entry's;
+* ``{"fail": "permanent", "times": 1}`` - dead-letter only the first ``times`` attempts;
+* ``{"hold": 3}`` - sleep that long on the first total attempt only (a long first run);
+* ``{"result": true}`` - return ``{"pid", "attempt"}`` (kept with ``--keep-results-ms``).
+
+``RESPIRE_FAULT_POINT`` arms fault points at start-up (see :mod:`respire_actors.faults`).
 
 Every handler execution that reaches its effect appends ``{"kind": "effect", "job", "attempt",
-"pid"}`` to the ``--effects`` ledger (fsynced) before returning. ``--ready-file`` is written once
-the worker has started every actor.
+"pid", "entry", "total"}`` to the ``--effects`` ledger (fsynced) before returning; every start
+appends a ``start`` line and a cancelled handler a ``cancelled`` line. ``--ready-file`` is
+written once the worker has started every actor; ``--stats-file`` gets the worker's statistics
+(JSON) when it stops.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
+from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import anyio
 
+from .. import faults
 from ..actors.messages import DeadLetter
 from ..codecs import JsonValueCodec
-from ..jobs import ACK, Job, Outcome, QueueOptions, Worker, WorkerOptions
+from ..jobs import ACK, Job, QueueOptions, Worker, WorkerOptions
 from ..redis.client import connect
 from .ledger import Ledger
 
@@ -54,52 +69,90 @@ def build_worker(args: argparse.Namespace, effects: Ledger) -> Worker:
         shutdown_grace=timedelta(milliseconds=args.grace_ms),
         renew_leases=not args.no_renew,
         timeout=timedelta(milliseconds=args.timeout_ms) if args.timeout_ms else None,
+        keep_results=timedelta(milliseconds=args.keep_results_ms) if args.keep_results_ms else None,
     )
-    queue_options = QueueOptions() if args.durable_retries else None
+    queue_options = None
+    if args.durable_retries:
+        queue_options = QueueOptions(
+            scheduling_poll_interval=timedelta(milliseconds=args.poll_ms),
+            retry_backoff=(
+                timedelta(milliseconds=args.retry_backoff_ms) if args.retry_backoff_ms else None
+            ),
+        )
 
     @worker.job(args.queue, JsonValueCodec(), options, queue_options=queue_options)
-    async def handle(job: Job[Any]) -> Outcome:
+    async def handle(job: Job[Any]) -> Any:
         spec = job.payload if isinstance(job.payload, dict) else {}
+        common = {"job": job.id, "attempt": job.attempt, "pid": os.getpid()}
+        if spec.get("record_start"):
+            effects.record(kind="start", **common)
+        try:
+            return await _behave(job, spec, common)
+        except anyio.get_cancelled_exc_class():
+            effects.record(kind="cancelled", **common)
+            raise
+
+    async def _behave(job: Job[Any], spec: dict[str, Any], common: dict[str, Any]) -> Any:
         kill = spec.get("kill")
-        kill_now = kill and job.attempt == int(spec.get("kill_attempt", 1))
+        if "kill_total_attempt" in spec:
+            kill_now = kill and job.total_attempts == int(spec["kill_total_attempt"])
+        else:
+            kill_now = kill and job.attempt == int(spec.get("kill_attempt", 1))
         if kill_now and kill == "after-delivery":
             _kill_self()
         if spec.get("sleep"):
             await anyio.sleep(float(spec["sleep"]))
+        if spec.get("hold") and job.total_attempts == 1:
+            await anyio.sleep(float(spec["hold"]))
         fail = spec.get("fail")
+        failing = job.total_attempts <= int(spec.get("times", 1))
         if fail == "hang":
             await anyio.sleep_forever()
-        if fail == "transient" and job.attempt <= int(spec.get("times", 1)):
+        if fail == "transient" and failing:
             raise HandlerFailure(f"transient failure on attempt {job.attempt}")
         if fail == "poison":
             raise HandlerFailure("poison payload")
-        if fail == "permanent":
+        if fail == "permanent" and ("times" not in spec or failing):
             return DeadLetter(detail="permanent failure")
-        effects.record(kind="effect", job=job.id, attempt=job.attempt, pid=os.getpid())
+        effects.record(kind="effect", entry=job.entry_id, total=job.total_attempts, **common)
         if kill_now and kill == "mid-handler":
             _kill_self()
-        if fail == "ambiguous" and job.attempt <= int(spec.get("times", 1)):
+        if kill_now and kill in ("before-commit", "after-commit"):
+            faults.arm(f"completer.{kill}:kill")
+        if fail == "ambiguous" and failing:
             raise HandlerFailure("the effect happened but the call failed")
+        if spec.get("result"):
+            return {"pid": os.getpid(), "attempt": job.total_attempts}
         return ACK
 
     return worker
 
 
 async def _main(args: argparse.Namespace) -> None:
+    faults.arm_from_environment()
     with Ledger(Path(args.effects)) as effects:
         worker = build_worker(args, effects)
-        async with connect(args.url) as client, anyio.create_task_group() as tg:
-            await tg.start(worker.run, client)
-            if args.ready_file:
-                await anyio.Path(args.ready_file).write_text(str(os.getpid()))
+        try:
+            await _serve(args, worker)
+        finally:
+            if args.stats_file:
+                stats = asdict(worker.statistics(args.queue))
+                await anyio.Path(args.stats_file).write_text(json.dumps(stats))
 
-            async def stop_on_sigterm() -> None:
-                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                    async for _ in signals:
-                        worker.request_stop()
-                        return
 
-            tg.start_soon(stop_on_sigterm)
+async def _serve(args: argparse.Namespace, worker: Worker) -> None:
+    async with connect(args.url) as client, anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        if args.ready_file:
+            await anyio.Path(args.ready_file).write_text(str(os.getpid()))
+
+        async def stop_on_sigterm() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    worker.request_stop()
+                    return
+
+        tg.start_soon(stop_on_sigterm)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -117,6 +170,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout-ms", type=int, default=0, help="execution budget (0: none)")
     p.add_argument("--no-renew", action="store_true", help="no lease renewer")
     p.add_argument("--durable-retries", action="store_true", help="QueueOptions (durable retries)")
+    p.add_argument(
+        "--retry-backoff-ms",
+        type=int,
+        default=0,
+        help="with --durable-retries: nacks stage a retry after this backoff (0: none)",
+    )
+    p.add_argument(
+        "--poll-ms", type=int, default=1000, help="with --durable-retries: promoter poll"
+    )
+    p.add_argument("--keep-results-ms", type=int, default=0, help="keep results (0: no)")
+    p.add_argument("--stats-file", help="write the worker's statistics (JSON) here on exit")
     return p
 
 

@@ -1,0 +1,297 @@
+"""Scenario 2: SIGKILL a worker process at each kill point, then let the next one recover.
+
+Kill points: ``after-delivery`` (the handler started, no effect yet), ``mid-handler`` (the
+effect happened, no outcome), ``before-commit`` (the handler returned; the completer is about
+to send the batch: the fault point ``completer.before-commit``), ``after-commit`` (the
+completion script ran and replied; the worker dies before handling the reply:
+``completer.after-commit``). For a job queue the completion script is the acknowledgement, so
+the last two are "before" and "after the ack". ``after-promotion`` kills the worker right after
+its promoter moved due scheduled jobs to the ready stream (``promoter.after-promote``).
+
+Each case runs a chain of worker processes on one queue (one handler at a time, so each kill
+job kills exactly one process): whenever the running process dies, the next one starts and
+recovers what it left pending, until every accepted job has its outcome. Workloads: ``plain``
+(a worker without QueueOptions) and ``scheduling`` (QueueOptions: durable retries with a
+transient failure first, a scheduled job staged in a transaction, grouped jobs with a group
+concurrency of 1, a flow whose child and parent kill, a batch whose member kills, with an
+``on_success`` callback).
+
+Verdict per case: every accepted job completes, exactly one completed event each, the number
+of kills is the number of kill jobs (every exit was SIGKILL), re-executions only where a killed
+process had not committed (see :func:`respire_actors.chaos.chains.disallowed_reexecutions`),
+one ``batch-completed`` event and one callback run per batch, one run of the flow parent.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, ClassVar
+
+import anyio
+
+from ...codecs import JsonValueCodec
+from ...jobs import JobEnqueueOptions, JobQueue
+from ...jobs.batches import Callback
+from ...jobs.flows import FlowNode
+from ...redis.client import RedisClient, connect
+from .. import chains
+from ..ledger import Ledger
+from ..model import ChaosContext, Verdict
+from ..processes import WorkerProcess, start_worker
+from ..reconcile import read_outcomes, reconcile
+from . import register
+
+KILL_POINTS = ("after-delivery", "mid-handler", "before-commit", "after-commit")
+KINDS = ("durable-retry", "scheduled", "grouped", "flow-child", "flow-parent", "batch-member")
+VISIBILITY_MS = 1000
+
+
+@dataclass
+class Plan:
+    """What a case enqueued: job ids expected to complete, kill jobs, batches."""
+
+    expected: list[str] = field(default_factory=list)
+    kills: int = 0
+    batches: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+
+
+def _spec(kill: str | None, **extra: Any) -> dict[str, Any]:
+    return {**({"kill": kill} if kill else {}), "sleep": 0.02, **extra}
+
+
+class _Producer:
+    """Enqueues with an outbox ledger: ``intent`` before the call, ``accepted`` after it."""
+
+    def __init__(self, queue: JobQueue[Any], ledger: Ledger, plan: Plan) -> None:
+        self.queue, self.ledger, self.plan = queue, ledger, plan
+
+    def accepted(self, *job_ids: str) -> None:
+        for job_id in job_ids:
+            self.ledger.record(kind="accepted", job=job_id)
+            self.plan.expected.append(job_id)
+
+    async def plain(self, job_id: str, spec: dict[str, Any]) -> None:
+        self.ledger.record(kind="intent", job=job_id)
+        await self.queue.enqueue(job_id, spec)
+        self.accepted(job_id)
+
+
+async def _enqueue_plain(p: _Producer, point: str, fillers: int) -> None:
+    for i in range(fillers):
+        await p.plain(f"plain-{i}", _spec(None))
+        if i == fillers // 2:
+            await p.plain("plain-kill", _spec(point or None))
+            if point:
+                p.plan.kills += 1
+                p.plan.kinds.append("plain")
+
+
+async def _enqueue_scheduling(
+    p: _Producer, client: RedisClient, point: str, kinds: Sequence[str], fillers: int
+) -> None:
+    """The scheduling workload; jobs of the kinds in ``kinds`` carry the kill."""
+    queue, plan = p.queue, p.plan
+
+    def kill(kind: str) -> str | None:
+        if kind in kinds:
+            plan.kills += 1
+            plan.kinds.append(kind)
+            return point
+        return None
+
+    await _enqueue_plain(p, point, fillers)
+    # durable retries: a transient failure (a staged retry), then the kill on the retry
+    await p.plain(
+        "durable", _spec(kill("durable-retry"), fail="transient", times=1, kill_total_attempt=2)
+    )
+    # a scheduled job, staged inside a transaction
+    p.ledger.record(kind="intent", job="scheduled")
+    async with client.transaction() as tx:
+        pending = queue.enqueue_scheduled_in(
+            tx, "scheduled", _spec(kill("scheduled")), JobEnqueueOptions(delay=0.3)
+        )
+        assert await tx.commit()
+    assert pending.result().enqueued
+    p.accepted("scheduled")
+    # grouped jobs: one at a time in the group, one of them kills its worker
+    await queue.set_group_options("g", max_concurrency=1, lease_duration=timedelta(seconds=1))
+    for i in range(3):
+        job_id = f"grouped-{i}"
+        p.ledger.record(kind="intent", job=job_id)
+        spec = _spec(kill("grouped") if i == 1 else None)
+        await queue.enqueue_scheduled(job_id, spec, JobEnqueueOptions(group="g"))
+        p.accepted(job_id)
+    # a flow: its parent runs once both children are terminal
+    child_kill, parent_kill = kill("flow-child"), kill("flow-parent")
+    tree = FlowNode(
+        "flow-parent",
+        _spec(parent_kill),
+        [FlowNode("flow-child-0", _spec(child_kill)), FlowNode("flow-child-1", _spec(None))],
+    )
+    for job_id in ("flow-parent", "flow-child-0", "flow-child-1"):
+        p.ledger.record(kind="intent", job=job_id)
+    assert await queue.enqueue_flow("flow", tree)
+    p.accepted("flow-parent", "flow-child-0", "flow-child-1")
+    # a batch: its callback is enqueued once, when every member has completed
+    batch = await queue.create_batch(on_success=Callback("batch-callback", _spec(None)))
+    members = [(f"batch-{i}", _spec(kill("batch-member") if i == 0 else None)) for i in range(3)]
+    for job_id, _ in members:
+        p.ledger.record(kind="intent", job=job_id)
+    assert all(await queue.add_many_to_batch(batch, members))
+    await queue.seal_batch(batch)
+    p.accepted(*(job_id for job_id, _ in members))
+    plan.expected.append("batch-callback")  # enqueued by the library, not the producer
+    plan.batches.append(batch)
+
+
+@dataclass(frozen=True)
+class Case:
+    point: str  # a kill point, or "after-promotion"
+    workload: str  # "plain" or "scheduling"
+    kinds: tuple[str, ...] = ()  # scheduling: which job kinds carry the kill
+
+    @property
+    def label(self) -> str:
+        return f"sigkill:{self.point}/{self.workload}"
+
+
+def cases(full: bool) -> list[Case]:
+    """Every kill point with both workloads. The CI subset spreads the scheduling workload's
+    kill jobs over the kill points (each kind killed at one point); the full run kills every
+    kind at every point."""
+    out = [Case(point, "plain") for point in KILL_POINTS]
+    for i, point in enumerate(KILL_POINTS):
+        kinds = KINDS if full else tuple(KINDS[j] for j in range(i, len(KINDS), len(KILL_POINTS)))
+        out.append(Case(point, "scheduling", kinds))
+    out.append(Case("after-promotion", "scheduling"))
+    return out
+
+
+@register
+class KillPoints:
+    number: ClassVar[int] = 2
+    name: ClassVar[str] = "kill-points"
+    title: ClassVar[str] = "SIGKILL a worker at each kill point; the next one recovers every job"
+    ci: ClassVar[bool] = True
+    own_servers: ClassVar[bool] = False
+
+    async def run(self, ctx: ChaosContext) -> list[Verdict]:
+        assert ctx.redis_url is not None
+        limiter = anyio.CapacityLimiter(4)
+        selected = cases(ctx.full)
+        verdicts: list[Verdict | None] = [None] * len(selected)
+
+        async def one(i: int, case: Case) -> None:
+            async with limiter:
+                verdicts[i] = await self.case(ctx, case)
+                ctx.progress(f"kill-points: {case.label} done")
+
+        async with anyio.create_task_group() as tg:
+            for i, case in enumerate(selected):
+                tg.start_soon(one, i, case)
+        return [v for v in verdicts if v is not None]
+
+    async def case(self, ctx: ChaosContext, case: Case) -> Verdict:
+        assert ctx.redis_url is not None
+        label = f"kill-{case.point}-{case.workload}"
+        work = ctx.work_dir / "kill-points" / label
+        work.mkdir(parents=True, exist_ok=True)
+        effects, producer_path = work / "effects.jsonl", work / "producer.jsonl"
+        name = ctx.name(label)
+        args = ["--consumers", "1", "--visibility-ms", str(VISIBILITY_MS), "--recovery-ms", "200"]
+        env: dict[str, str] = {}
+        if case.workload == "scheduling":
+            args += ["--durable-retries", "--retry-backoff-ms", "100", "--poll-ms", "100"]
+        if case.point == "after-promotion":
+            env["RESPIRE_FAULT_POINT"] = "promoter.after-promote:kill"
+        started = time.monotonic()
+        plan = Plan()
+        async with connect(ctx.redis_url) as client:
+            queue = JobQueue(client, name, JsonValueCodec())
+            with Ledger(producer_path) as ledger:
+                p = _Producer(queue, ledger, plan)
+                fillers = 20 if ctx.full else 6
+                if case.workload == "plain":
+                    await _enqueue_plain(p, case.point, fillers)
+                elif case.point == "after-promotion":
+                    await _enqueue_scheduling(p, client, "", (), fillers)
+                    plan.kills = 1  # the promoter's fault point
+                    plan.kinds.append("promotion")
+                else:
+                    await _enqueue_scheduling(p, client, case.point, case.kinds, fillers)
+            killed, exits, final = await self._chain(ctx, queue, plan, effects, work, args, env)
+            outcomes = await read_outcomes(queue, effects)
+            completed = await chains.completions(queue)
+            batch_events = await chains.count_events(queue, "batch-completed")
+        violations = []
+        signals = [rc for _, rc in exits]
+        if len(killed) != plan.kills:
+            violations.append(f"{plan.kills} kill jobs but {len(killed)} processes were killed")
+        if any(rc != -signal.SIGKILL for rc in signals):
+            violations.append(f"a worker exited otherwise than by SIGKILL: {signals}")
+        if final not in (0, None):
+            violations.append(f"the last worker exited with {final}")
+        violations += chains.disallowed_reexecutions(effects, completed, killed)
+        if batch_events != len(plan.batches):
+            violations.append(f"{batch_events} batch-completed events for {len(plan.batches)}")
+        return reconcile(
+            self.name,
+            case.label,
+            plan.expected,
+            outcomes,
+            time.monotonic() - started,
+            expect_dead=["(none)"],
+            violations=violations,
+            details={
+                "kills": len(killed),
+                "exit_signals": sorted({-rc for rc in signals}),
+                "killed_by": plan.kinds,
+                "workers": len(killed) + 1,
+            },
+        )
+
+    async def _chain(
+        self,
+        ctx: ChaosContext,
+        queue: JobQueue[Any],
+        plan: Plan,
+        effects: Any,
+        work: Any,
+        args: list[str],
+        env: dict[str, str],
+    ) -> tuple[list[int], list[tuple[int, int]], int | None]:
+        """Run worker after worker until every expected job completed (or the time is up).
+        Returns the killed pids, (pid, exit code) of the processes that died, and the last
+        worker's exit code after its graceful stop."""
+        assert ctx.redis_url is not None
+        expected = set(plan.expected)
+        deadline = time.monotonic() + (120 if ctx.full else 40)
+        killed: list[int] = []
+        exits: list[tuple[int, int]] = []
+        fault_env = dict(env)
+        while True:
+            # not waiting for readiness: a worker may die at a kill point before it reports ready
+            worker = start_worker(
+                ctx.redis_url, queue.name, effects, work, *args,
+                backend=ctx.backend, env=fault_env, wait=False,
+            )  # fmt: skip
+            fault_env = {}  # an environment-armed fault kills the first worker only
+
+            async def settled(worker: WorkerProcess = worker) -> bool:
+                if not worker.alive():
+                    return True
+                outcomes = await read_outcomes(queue)
+                return expected <= set(outcomes.completed) | set(outcomes.dead)
+
+            await chains.wait_for(settled, deadline - time.monotonic())
+            if worker.alive():
+                return killed, exits, await chains.stop(worker)
+            exits.append((worker.pid, worker.process.returncode))
+            killed.append(worker.pid)
+            if time.monotonic() >= deadline:
+                return killed, exits, None
