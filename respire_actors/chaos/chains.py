@@ -63,7 +63,8 @@ def process_state(pid: int) -> str:
 def read_stats(path: Path) -> dict[str, int]:
     """The statistics a chaos worker wrote with ``--stats-file`` ({} if it wrote none)."""
     try:
-        return {k: int(v) for k, v in json.loads(path.read_text()).items()}
+        stats = json.loads(path.read_text())
+        return {k: int(v) for k, v in stats.items() if isinstance(v, int | float)}
     except (OSError, ValueError):
         return {}
 

@@ -19,13 +19,16 @@ what every job does:
   retries) instead of the entry's;
 * ``{"fail": "permanent", "times": 1}`` - dead-letter only the first ``times`` attempts;
 * ``{"hold": 3}`` - sleep that long on the first total attempt only (a long first run);
+  with ``"progress": true`` it reports progress every 0.1 s (fenced calls);
+* ``{"record_start": true}`` - append a ``start`` line to the effects ledger first;
 * ``{"result": true}`` - return ``{"pid", "attempt"}`` (kept with ``--keep-results-ms``).
 
 ``RESPIRE_FAULT_POINT`` arms fault points at start-up (see :mod:`respire_actors.faults`).
 
 Every handler execution that reaches its effect appends ``{"kind": "effect", "job", "attempt",
 "pid", "entry", "total"}`` to the ``--effects`` ledger (fsynced) before returning; every start
-appends a ``start`` line and a cancelled handler a ``cancelled`` line. ``--ready-file`` is
+appends a ``start`` line and a cancelled handler a ``cancelled`` line (with its wall-clock
+time ``at``). ``--ready-file`` is
 written once the worker has started every actor; ``--stats-file`` gets the worker's statistics
 (JSON) when it stops.
 """
@@ -36,6 +39,7 @@ import argparse
 import json
 import os
 import signal
+import time
 from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
@@ -57,6 +61,15 @@ class HandlerFailure(RuntimeError):
 
 def _kill_self() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+async def _hold(job: Job[Any], seconds: float, progress: bool) -> None:
+    """Sleep ``seconds`` in 0.1 s steps, reporting progress after each step if asked."""
+    end = anyio.current_time() + seconds
+    while (left := end - anyio.current_time()) > 0:
+        await anyio.sleep(min(0.1, left))
+        if progress:
+            await job.report_progress(min(99, int(100 * (1 - left / seconds))))
 
 
 def build_worker(args: argparse.Namespace, effects: Ledger) -> Worker:
@@ -89,7 +102,7 @@ def build_worker(args: argparse.Namespace, effects: Ledger) -> Worker:
         try:
             return await _behave(job, spec, common)
         except anyio.get_cancelled_exc_class():
-            effects.record(kind="cancelled", **common)
+            effects.record(kind="cancelled", at=time.time(), **common)
             raise
 
     async def _behave(job: Job[Any], spec: dict[str, Any], common: dict[str, Any]) -> Any:
@@ -103,7 +116,7 @@ def build_worker(args: argparse.Namespace, effects: Ledger) -> Worker:
         if spec.get("sleep"):
             await anyio.sleep(float(spec["sleep"]))
         if spec.get("hold") and job.total_attempts == 1:
-            await anyio.sleep(float(spec["hold"]))
+            await _hold(job, float(spec["hold"]), bool(spec.get("progress")))
         fail = spec.get("fail")
         failing = job.total_attempts <= int(spec.get("times", 1))
         if fail == "hang":
