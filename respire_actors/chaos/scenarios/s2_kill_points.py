@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
@@ -38,14 +40,16 @@ from ...jobs import JobEnqueueOptions, JobQueue
 from ...jobs.batches import Callback
 from ...jobs.flows import FlowNode
 from ...redis.client import RedisClient, connect
+from ...reliable import ReliableQueue
 from .. import chains
-from ..ledger import Ledger
+from ..ledger import Ledger, read_ledger
 from ..model import ChaosContext, Verdict
 from ..processes import WorkerProcess, start_worker
-from ..reconcile import read_outcomes, reconcile
+from ..reconcile import Outcomes, read_outcomes, reconcile
 from . import register
 
 KILL_POINTS = ("after-delivery", "mid-handler", "before-commit", "after-commit")
+RELIABLE_KILL_POINTS = ("after-delivery", "mid-handler", "before-ack", "after-ack")
 KINDS = ("durable-retry", "scheduled", "grouped", "flow-child", "flow-parent", "batch-member")
 VISIBILITY_MS = 1000
 
@@ -104,7 +108,7 @@ async def _enqueue_scheduling(
             return point
         return None
 
-    await _enqueue_plain(p, point, fillers)
+    await _enqueue_plain(p, "", fillers)  # plain jobs here carry no kill (the plain cases do)
     # durable retries: a transient failure (a staged retry), then the kill on the retry
     await p.plain(
         "durable", _spec(kill("durable-retry"), fail="transient", times=1, kill_total_attempt=2)
@@ -152,7 +156,7 @@ async def _enqueue_scheduling(
 @dataclass(frozen=True)
 class Case:
     point: str  # a kill point, or "after-promotion"
-    workload: str  # "plain" or "scheduling"
+    workload: str  # "plain", "scheduling" or "reliable"
     kinds: tuple[str, ...] = ()  # scheduling: which job kinds carry the kill
 
     @property
@@ -169,6 +173,7 @@ def cases(full: bool) -> list[Case]:
         kinds = KINDS if full else tuple(KINDS[j] for j in range(i, len(KINDS), len(KILL_POINTS)))
         out.append(Case(point, "scheduling", kinds))
     out.append(Case("after-promotion", "scheduling"))
+    out += [Case(point, "reliable") for point in RELIABLE_KILL_POINTS]
     return out
 
 
@@ -197,6 +202,8 @@ class KillPoints:
         return [v for v in verdicts if v is not None]
 
     async def case(self, ctx: ChaosContext, case: Case) -> Verdict:
+        if case.workload == "reliable":
+            return await self.reliable_case(ctx, case)
         assert ctx.redis_url is not None
         label = f"kill-{case.point}-{case.workload}"
         work = ctx.work_dir / "kill-points" / label
@@ -221,21 +228,15 @@ class KillPoints:
                 elif case.point == "after-promotion":
                     await _enqueue_scheduling(p, client, "", (), fillers)
                     plan.kills = 1  # the promoter's fault point
-                    plan.kinds.append("promotion")
+                    plan.kinds.append("promoter")
                 else:
                     await _enqueue_scheduling(p, client, case.point, case.kinds, fillers)
             killed, exits, final = await self._chain(ctx, queue, plan, effects, work, args, env)
             outcomes = await read_outcomes(queue, effects)
             completed = await chains.completions(queue)
             batch_events = await chains.count_events(queue, "batch-completed")
-        violations = []
+        violations = _chain_violations(killed, exits, final, plan.kills)
         signals = [rc for _, rc in exits]
-        if len(killed) != plan.kills:
-            violations.append(f"{plan.kills} kill jobs but {len(killed)} processes were killed")
-        if any(rc != -signal.SIGKILL for rc in signals):
-            violations.append(f"a worker exited otherwise than by SIGKILL: {signals}")
-        if final not in (0, None):
-            violations.append(f"the last worker exited with {final}")
         violations += chains.disallowed_reexecutions(effects, completed, killed)
         if batch_events != len(plan.batches):
             violations.append(f"{batch_events} batch-completed events for {len(plan.batches)}")
@@ -260,38 +261,139 @@ class KillPoints:
         ctx: ChaosContext,
         queue: JobQueue[Any],
         plan: Plan,
-        effects: Any,
-        work: Any,
+        effects: Path,
+        work: Path,
         args: list[str],
         env: dict[str, str],
     ) -> tuple[list[int], list[tuple[int, int]], int | None]:
-        """Run worker after worker until every expected job completed (or the time is up).
-        Returns the killed pids, (pid, exit code) of the processes that died, and the last
-        worker's exit code after its graceful stop."""
-        assert ctx.redis_url is not None
         expected = set(plan.expected)
-        deadline = time.monotonic() + (120 if ctx.full else 40)
-        killed: list[int] = []
-        exits: list[tuple[int, int]] = []
-        fault_env = dict(env)
-        while True:
-            # not waiting for readiness: a worker may die at a kill point before it reports ready
-            worker = start_worker(
-                ctx.redis_url, queue.name, effects, work, *args,
-                backend=ctx.backend, env=fault_env, wait=False,
+
+        async def done() -> bool:
+            outcomes = await read_outcomes(queue)
+            return expected <= set(outcomes.completed) | set(outcomes.dead)
+
+        return await run_chain(ctx, queue.name, done, effects, work, args, env)
+
+    async def reliable_case(self, ctx: ChaosContext, case: Case) -> Verdict:
+        """A reliable queue's consumers (the ack is a call of its own after the handler)."""
+        assert ctx.redis_url is not None
+        label = f"kill-{case.point}-reliable"
+        work = ctx.work_dir / "kill-points" / label
+        work.mkdir(parents=True, exist_ok=True)
+        effects = work / "effects.jsonl"
+        started = time.monotonic()
+        count = 20 if ctx.full else 6
+        specs = [{"id": f"m-{i}"} for i in range(count)]
+        specs[count // 2]["kill"] = case.point
+        async with connect(ctx.redis_url) as client:
+            queue = ReliableQueue(client, ctx.name(label), JsonValueCodec())
+            with Ledger(work / "producer.jsonl") as ledger:
+                for spec in specs:
+                    ledger.record(kind="intent", job=spec["id"])
+                    await queue.send(spec, dedup_id=spec["id"])
+                    ledger.record(kind="accepted", job=spec["id"])
+
+            async def drained() -> bool:
+                state = await queue.inspect()
+                return state.messages == 0
+
+            killed, exits, final = await run_chain(
+                ctx, queue.name, drained, effects, work,
+                ["--visibility-ms", str(VISIBILITY_MS)], {},
+                module="respire_actors.chaos.reliable_worker",
             )  # fmt: skip
-            fault_env = {}  # an environment-armed fault kills the first worker only
+            state = await queue.inspect()
+        violations = _chain_violations(killed, exits, final, 1)
+        outcomes = Outcomes()
+        for line in read_ledger(effects):
+            if line["kind"] == "effect":
+                outcomes.executions[line["job"]] += 1
+            elif line["kind"] == "acked":
+                outcomes.completed[line["job"]] += 1
+        killer = str(specs[count // 2]["id"])
+        # a message without a seen ack was acknowledged by a process killed before its reply
+        # (only the after-ack kill may do that): the queue holds no message and no dead letter
+        unseen = [str(s["id"]) for s in specs if not outcomes.completed[str(s["id"])]]
+        if state.messages or state.dead_letters:
+            violations.append(f"left in the queue: {state}")
+        elif unseen == [killer] and case.point == "after-ack":
+            outcomes.completed[killer] = 1
+        elif unseen:
+            violations.append(f"never acknowledged as seen: {unseen}")
+        survivors = [
+            line["job"]
+            for line in read_ledger(effects)
+            if line["kind"] == "effect" and line["pid"] not in killed
+        ]
+        for job, runs in Counter(survivors).items():
+            if runs > 1:
+                violations.append(f"{job}: ran {runs} times in processes that were not killed")
+        if case.point == "after-ack" and killer in survivors:
+            violations.append(f"{killer}: delivered again after its ack ran")
+        return reconcile(
+            self.name,
+            case.label,
+            [str(s["id"]) for s in specs],
+            outcomes,
+            time.monotonic() - started,
+            violations=violations,
+            details={
+                "kills": len(killed),
+                "exit_signals": sorted({-rc for _, rc in exits}),
+                "killed_by": ["reliable"],
+                "workers": len(killed) + 1,
+            },
+        )
 
-            async def settled(worker: WorkerProcess = worker) -> bool:
-                if not worker.alive():
-                    return True
-                outcomes = await read_outcomes(queue)
-                return expected <= set(outcomes.completed) | set(outcomes.dead)
 
-            await chains.wait_for(settled, deadline - time.monotonic())
-            if worker.alive():
-                return killed, exits, await chains.stop(worker)
-            exits.append((worker.pid, worker.process.returncode))
-            killed.append(worker.pid)
-            if time.monotonic() >= deadline:
-                return killed, exits, None
+def _chain_violations(
+    killed: list[int], exits: list[tuple[int, int]], final: int | None, kills: int
+) -> list[str]:
+    violations = []
+    signals = [rc for _, rc in exits]
+    if len(killed) != kills:
+        violations.append(f"{kills} kill jobs but {len(killed)} processes were killed")
+    if any(rc != -signal.SIGKILL for rc in signals):
+        violations.append(f"a worker exited otherwise than by SIGKILL: {signals}")
+    if final not in (0, None):
+        violations.append(f"the last worker exited with {final}")
+    return violations
+
+
+async def run_chain(
+    ctx: ChaosContext,
+    queue: str,
+    done: Callable[[], Awaitable[bool]],
+    effects: Path,
+    work: Path,
+    args: list[str],
+    env: dict[str, str],
+    *,
+    module: str = "respire_actors.chaos.worker",
+) -> tuple[list[int], list[tuple[int, int]], int | None]:
+    """Run worker after worker until ``done()`` (or the time is up). Returns the killed
+    pids, (pid, exit code) of the processes that died, and the last worker's exit code after
+    its graceful stop (None when the time ran out)."""
+    assert ctx.redis_url is not None
+    deadline = time.monotonic() + (120 if ctx.full else 40)
+    killed: list[int] = []
+    exits: list[tuple[int, int]] = []
+    fault_env = dict(env)
+    while True:
+        # not waiting for readiness: a worker may die at a kill point before it reports ready
+        worker = start_worker(
+            ctx.redis_url, queue, effects, work, *args,
+            backend=ctx.backend, env=fault_env, wait=False, module=module,
+        )  # fmt: skip
+        fault_env = {}  # an environment-armed fault kills the first worker only
+
+        async def settled(worker: WorkerProcess = worker) -> bool:
+            return not worker.alive() or await done()
+
+        await chains.wait_for(settled, deadline - time.monotonic())
+        if worker.alive():
+            return killed, exits, await chains.stop(worker)
+        exits.append((worker.pid, worker.process.returncode))
+        killed.append(worker.pid)
+        if time.monotonic() >= deadline:
+            return killed, exits, None
