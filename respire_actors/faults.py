@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 
 ENVIRONMENT_VARIABLE = "RESPIRE_FAULT_POINT"
@@ -49,23 +50,28 @@ class FaultInjected(RuntimeError):
 class _Fault:
     action: str
     hit: int
+    when: Callable[[object], bool] | None = None
     calls: int = 0
 
 
 _armed: dict[str, _Fault] | None = None
 
 
-def point(name: str) -> None:
-    """A fault-injection point: returns at once unless a fault is armed for ``name``."""
+def point(name: str, subject: object = None) -> None:
+    """A fault-injection point: returns at once unless a fault is armed for ``name``.
+    ``subject`` is what the point is about (the completer passes its batch), for a fault armed
+    with a ``when`` predicate."""
     if _armed is None:
         return
-    _fire(name)
+    _fire(name, subject)
 
 
-def _fire(name: str) -> None:
+def _fire(name: str, subject: object) -> None:
     global _armed
     if _armed is None or (fault := _armed.get(name)) is None:
         return
+    if fault.when is not None and not fault.when(subject):
+        return  # not about the subject this fault waits for: not counted
     fault.calls += 1
     if fault.calls < fault.hit:
         return
@@ -99,10 +105,14 @@ def parse(spec: str) -> dict[str, _Fault]:
     return faults
 
 
-def arm(spec: str) -> None:
-    """Arm the faults of ``spec`` (added to those armed; the same point is re-armed)."""
+def arm(spec: str, when: Callable[[object], bool] | None = None) -> None:
+    """Arm the faults of ``spec`` (added to those armed; the same point is re-armed). With
+    ``when``, a call of the point counts only if ``when(subject)`` is true (e.g. the batch
+    holds a given job's outcome)."""
     global _armed
     faults = parse(spec)
+    for fault in faults.values():
+        fault.when = when
     if faults:
         _armed = {**(_armed or {}), **faults}
 

@@ -162,7 +162,7 @@ async def _commit_retrying(rt: QueueRuntime, batch: list[Completion]) -> list[in
         try:
             with anyio.CancelScope(shield=True):
                 statuses = await rt.source.complete(rt.consumer, batch)
-            faults.point("completer.after-commit")
+            faults.point("completer.after-commit", batch)
             return statuses
         except (RedisUnavailable, ServerLoading) as exc:
             log.warning("completing %d deliveries of %s: %s; retrying", len(batch), rt.name, exc)
@@ -204,5 +204,5 @@ async def run_completer(
             _drain(rt, batch)
             if not batch:
                 continue
-        faults.point("completer.before-commit")
+        faults.point("completer.before-commit", batch)
         await commit(rt, batch)

@@ -16,7 +16,9 @@ what every job does:
   completer's fault point (:mod:`respire_actors.faults`) so the process is SIGKILLed right
   before the batch holding this outcome is sent / right after its script replied;
   ``"kill_total_attempt": n`` compares ``n`` with the total attempt count (across durable
-  retries) instead of the entry's;
+  retries) instead of the entry's; ``"kill_once": true`` kills on the job's first execution
+  (in any process: a ``kill`` line in the effects ledger marks it) whose total attempt is at
+  least ``kill_from_total`` (default 1), whichever delivery that is;
 * ``{"fail": "permanent", "times": 1}`` - dead-letter only the first ``times`` attempts;
 * ``{"hold": 3}`` - sleep that long on the first total attempt only (a long first run);
   with ``"progress": true`` it reports progress every 0.1 s (fenced calls);
@@ -40,6 +42,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import timedelta
 from pathlib import Path
@@ -52,7 +55,7 @@ from ..actors.messages import DeadLetter
 from ..codecs import JsonValueCodec
 from ..jobs import ACK, Job, QueueOptions, Worker, WorkerOptions
 from ..redis.client import connect
-from .ledger import Ledger
+from .ledger import Ledger, read_ledger
 
 
 class HandlerFailure(RuntimeError):
@@ -61,6 +64,22 @@ class HandlerFailure(RuntimeError):
 
 def _kill_self() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _killed_before(effects: Path, job_id: str) -> bool:
+    """Whether a ``kill`` line for ``job_id`` is in the effects ledger (any process)."""
+    return any(
+        line.get("kind") == "kill" and line["job"] == job_id for line in read_ledger(effects)
+    )
+
+
+def _holds(entry_id: str) -> Callable[[object], bool]:
+    """A fault predicate: the completer's batch holds the outcome of this entry."""
+
+    def holds(batch: object) -> bool:
+        return isinstance(batch, list) and any(c.delivery.entry_id == entry_id for c in batch)
+
+    return holds
 
 
 async def _hold(job: Job[Any], seconds: float, progress: bool) -> None:
@@ -107,7 +126,16 @@ def build_worker(args: argparse.Namespace, effects: Ledger) -> Worker:
 
     async def _behave(job: Job[Any], spec: dict[str, Any], common: dict[str, Any]) -> Any:
         kill = spec.get("kill")
-        if "kill_total_attempt" in spec:
+        if spec.get("kill_once"):
+            # the first execution at or after total attempt kill_from_total, in any process
+            kill_now = (
+                kill
+                and job.total_attempts >= int(spec.get("kill_from_total", 1))
+                and not _killed_before(effects.path, job.id)
+            )
+            if kill_now:
+                effects.record(kind="kill", point=kill, **common)
+        elif "kill_total_attempt" in spec:
             kill_now = kill and job.total_attempts == int(spec["kill_total_attempt"])
         else:
             kill_now = kill and job.attempt == int(spec.get("kill_attempt", 1))
@@ -131,7 +159,9 @@ def build_worker(args: argparse.Namespace, effects: Ledger) -> Worker:
         if kill_now and kill == "mid-handler":
             _kill_self()
         if kill_now and kill in ("before-commit", "after-commit"):
-            faults.arm(f"completer.{kill}:kill")
+            # only at the commit of the batch holding this job's outcome (an earlier batch may
+            # be in flight when the handler returns)
+            faults.arm(f"completer.{kill}:kill", when=_holds(job.entry_id))
         if fail == "ambiguous" and failing:
             raise HandlerFailure("the effect happened but the call failed")
         if spec.get("result"):

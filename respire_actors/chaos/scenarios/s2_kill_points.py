@@ -65,7 +65,9 @@ class Plan:
 
 
 def _spec(kill: str | None, **extra: Any) -> dict[str, Any]:
-    return {**({"kill": kill} if kill else {}), "sleep": 0.02, **extra}
+    """A job's payload; with ``kill``, its first execution (whichever delivery: the next job
+    may already be delivered when a process dies) kills the process at that point."""
+    return {**({"kill": kill, "kill_once": True} if kill else {}), "sleep": 0.02, **extra}
 
 
 class _Producer:
@@ -111,7 +113,7 @@ async def _enqueue_scheduling(
     await _enqueue_plain(p, "", fillers)  # plain jobs here carry no kill (the plain cases do)
     # durable retries: a transient failure (a staged retry), then the kill on the retry
     await p.plain(
-        "durable", _spec(kill("durable-retry"), fail="transient", times=1, kill_total_attempt=2)
+        "durable", _spec(kill("durable-retry"), fail="transient", times=1, kill_from_total=2)
     )
     # a scheduled job, staged inside a transaction
     p.ledger.record(kind="intent", job="scheduled")
@@ -392,6 +394,9 @@ async def run_chain(
 
         await chains.wait_for(settled, deadline - time.monotonic())
         if worker.alive():
+            # a worker started after the last job completed is stopped once it is up (a
+            # SIGTERM before it installed its handler would kill it)
+            await anyio.to_thread.run_sync(worker.wait_ready)
             return killed, exits, await chains.stop(worker)
         exits.append((worker.pid, worker.process.returncode))
         killed.append(worker.pid)

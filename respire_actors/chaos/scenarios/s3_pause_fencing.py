@@ -48,9 +48,11 @@ PAUSES = ("handler-returned", "handler-running")
 def _jobs(pause: str, count: int) -> list[tuple[str, dict[str, Any]]]:
     if pause == "handler-returned":
         jobs: list[tuple[str, dict[str, Any]]]
-        jobs = [(f"ok-{i}", {"sleep": 0.2, "result": True}) for i in range(count)]
-        jobs.append(("retry", {"sleep": 0.2, "fail": "transient", "times": 1, "result": True}))
-        jobs.append(("dead", {"sleep": 0.2, "fail": "permanent", "times": 1, "result": True}))
+        # every handler starts before the first one returns (one consumer per job)
+        common = {"sleep": 0.5, "result": True, "record_start": True}
+        jobs = [(f"ok-{i}", common) for i in range(count)]
+        jobs.append(("retry", {**common, "fail": "transient", "times": 1}))
+        jobs.append(("dead", {**common, "fail": "permanent", "times": 1}))
         return jobs
     # long enough never to end by itself: only the lost lease may end the first run
     spec = {"hold": 60.0, "progress": True, "record_start": True, "result": True}
@@ -86,14 +88,15 @@ class PauseFencing:
         effects, producer_path = work / "effects.jsonl", work / "producer.jsonl"
         name = ctx.name(label.replace(":", "-").replace("/", "-"))
         visibility = FIXED_LEASE_MS if pause == "handler-running" and not renew else VISIBILITY_MS
+        jobs = _jobs(pause, 8 if ctx.full else 4)
         args = [
-            "--consumers", "8", "--visibility-ms", str(visibility), "--recovery-ms", "200",
+            "--consumers", str(len(jobs)), "--visibility-ms", str(visibility),
+            "--recovery-ms", "200",
             "--durable-retries", "--retry-backoff-ms", "100", "--poll-ms", "100",
             "--keep-results-ms", "600000", "--grace-ms", "5000",
         ]  # fmt: skip
         if not renew:
             args.append("--no-renew")
-        jobs = _jobs(pause, 8 if ctx.full else 4)
         job_ids = [job_id for job_id, _ in jobs]
         env = {"RESPIRE_FAULT_POINT": "completer.before-commit:stop"}
         stale_env = env if pause == "handler-returned" else {}
@@ -172,18 +175,20 @@ class PauseFencing:
     async def _pause(
         self, stale: WorkerProcess, pause: str, effects: Path, jobs: int, violations: list[str]
     ) -> float:
-        """Get the stale worker stopped; returns when it was."""
+        """Get the stale worker stopped, holding every job; returns when it was."""
+
+        def all_started() -> bool:
+            return _lines(effects, "start", stale) >= jobs
+
         if pause == "handler-running":
-
-            def all_started() -> bool:
-                return _lines(effects, "start", stale) >= jobs
-
             if not await chains.wait_for(all_started, 20):
                 violations.append("the first worker did not start every handler in 20 s")
             stale.signal(signal.SIGSTOP)
         # handler-returned: the worker stops itself at completer.before-commit
         if not await chains.wait_for(lambda: chains.process_state(stale.pid) == "T", 20):
             violations.append("the first worker never stopped")
+        elif not all_started():
+            violations.append("the first worker stopped before it had started every job")
         return time.monotonic()
 
     async def _check_state(self, queue: JobQueue[Any], job_ids: list[str], fresh: int) -> list[str]:
