@@ -24,6 +24,7 @@ one ``batch-completed`` event and one callback run per batch, one run of the flo
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections import Counter
@@ -36,6 +37,7 @@ from typing import Any, ClassVar
 import anyio
 
 from ...codecs import JsonValueCodec
+from ...errors import ServerError
 from ...jobs import JobEnqueueOptions, JobQueue
 from ...jobs.batches import Callback
 from ...jobs.flows import FlowNode
@@ -46,6 +48,7 @@ from ..ledger import Ledger, read_ledger
 from ..model import ChaosContext, Verdict
 from ..processes import WorkerProcess, start_worker
 from ..reconcile import Outcomes, read_outcomes, reconcile
+from ..stream_worker import GROUP as STREAM_GROUP
 from . import register
 
 KILL_POINTS = ("after-delivery", "mid-handler", "before-commit", "after-commit")
@@ -158,7 +161,7 @@ async def _enqueue_scheduling(
 @dataclass(frozen=True)
 class Case:
     point: str  # a kill point, or "after-promotion"
-    workload: str  # "plain", "scheduling" or "reliable"
+    workload: str  # "plain", "scheduling", "reliable" or "stream"
     kinds: tuple[str, ...] = ()  # scheduling: which job kinds carry the kill
 
     @property
@@ -167,15 +170,17 @@ class Case:
 
 
 def cases(full: bool) -> list[Case]:
-    """Every kill point with both workloads. The CI subset spreads the scheduling workload's
-    kill jobs over the kill points (each kind killed at one point); the full run kills every
-    kind at every point."""
+    """Every kill point with every workload. The CI subset spreads the scheduling workload's
+    kill jobs over the kill points (each kind killed at one point) and kills the stream worker
+    only around its commit; the full run kills every kind at every point."""
     out = [Case(point, "plain") for point in KILL_POINTS]
     for i, point in enumerate(KILL_POINTS):
         kinds = KINDS if full else tuple(KINDS[j] for j in range(i, len(KINDS), len(KILL_POINTS)))
         out.append(Case(point, "scheduling", kinds))
     out.append(Case("after-promotion", "scheduling"))
     out += [Case(point, "reliable") for point in RELIABLE_KILL_POINTS]
+    # a stream worker shares the job worker's runner and completer: CI kills it at the commit
+    out += [Case(p, "stream") for p in KILL_POINTS if full or p.endswith("commit")]
     return out
 
 
@@ -206,6 +211,8 @@ class KillPoints:
     async def case(self, ctx: ChaosContext, case: Case) -> Verdict:
         if case.workload == "reliable":
             return await self.reliable_case(ctx, case)
+        if case.workload == "stream":
+            return await self.stream_case(ctx, case)
         assert ctx.redis_url is not None
         label = f"kill-{case.point}-{case.workload}"
         work = ctx.work_dir / "kill-points" / label
@@ -343,6 +350,78 @@ class KillPoints:
                 "kills": len(killed),
                 "exit_signals": sorted({-rc for _, rc in exits}),
                 "killed_by": ["reliable"],
+                "workers": len(killed) + 1,
+            },
+        )
+
+    async def stream_case(self, ctx: ChaosContext, case: Case) -> Verdict:
+        """A stream worker on an application-owned stream (the same completer as a job
+        worker; no completed events: an entry is done once acknowledged)."""
+        assert ctx.redis_url is not None
+        label = f"kill-{case.point}-stream"
+        work = ctx.work_dir / "kill-points" / label
+        work.mkdir(parents=True, exist_ok=True)
+        effects = work / "effects.jsonl"
+        started = time.monotonic()
+        count = 20 if ctx.full else 6
+        specs: list[dict[str, Any]] = [{"id": f"e-{i}"} for i in range(count)]
+        specs[count // 2]["kill"] = case.point
+        stream = ctx.name(label)
+        async with connect(ctx.redis_url) as client:
+            with Ledger(work / "producer.jsonl") as ledger:
+                for spec in specs:
+                    ledger.record(kind="intent", job=spec["id"])
+                    await client.execute("XADD", stream, "*", "spec", json.dumps(spec))
+                    ledger.record(kind="accepted", job=spec["id"])
+
+            async def pending() -> int:
+                try:
+                    reply = await client.execute("XPENDING", stream, STREAM_GROUP)
+                except ServerError:  # no group yet
+                    return -1
+                return int(reply[0])
+
+            async def drained() -> bool:
+                executed = {
+                    line["job"] for line in read_ledger(effects) if line["kind"] == "effect"
+                }
+                return len(executed) == count and await pending() == 0
+
+            killed, exits, final = await run_chain(
+                ctx, stream, drained, effects, work,
+                ["--visibility-ms", str(VISIBILITY_MS)], {},
+                module="respire_actors.chaos.stream_worker",
+            )  # fmt: skip
+            left = await pending()
+            dead = await client.execute("XLEN", f"{stream}:dead")
+            await client.execute("DEL", stream, f"{stream}:dead")
+        violations = _chain_violations(killed, exits, final, 1)
+        if left or dead:
+            violations.append(f"{left} entries still pending, {dead} dead-lettered")
+        outcomes = Outcomes()
+        runs = [line for line in read_ledger(effects) if line["kind"] == "effect"]
+        for line in runs:
+            outcomes.executions[line["job"]] += 1
+            if not left and not dead:
+                outcomes.completed[line["job"]] = 1  # acknowledged: nothing is pending
+        killer = str(specs[count // 2]["id"])
+        survivors = [line["job"] for line in runs if line["pid"] not in killed]
+        for job, n in Counter(survivors).items():
+            if n > 1:
+                violations.append(f"{job}: ran {n} times in processes that were not killed")
+        if case.point == "after-commit" and killer in survivors:
+            violations.append(f"{killer}: delivered again after its commit ran")
+        return reconcile(
+            self.name,
+            case.label,
+            [str(s["id"]) for s in specs],
+            outcomes,
+            time.monotonic() - started,
+            violations=violations,
+            details={
+                "kills": len(killed),
+                "exit_signals": sorted({-rc for _, rc in exits}),
+                "killed_by": ["stream"],
                 "workers": len(killed) + 1,
             },
         )

@@ -29,6 +29,11 @@ def test_the_ci_subset_kills_every_point_and_every_kind() -> None:
     assert {c.point for c in selected if c.workload == "plain"} == set(KILL_POINTS)
     assert {c.point for c in selected if c.workload == "reliable"} == set(RELIABLE_KILL_POINTS)
     assert "after-promotion" in {c.point for c in selected}
+    assert {c.point for c in selected if c.workload == "stream"} >= {
+        "before-commit",
+        "after-commit",
+    }
+    assert {c.point for c in cases(full=True) if c.workload == "stream"} == set(KILL_POINTS)
     assert {kind for c in selected for kind in c.kinds} == set(KINDS)
     assert all(set(c.kinds) == set(KINDS) for c in cases(full=True) if c.kinds)
 
@@ -58,3 +63,5 @@ async def test_every_job_completes_once_after_each_kill(
     # a reliable queue's ack is a call of its own: a kill before it re-executes, after it not
     assert by_case["sigkill:before-ack/reliable"].duplicates == 1
     assert by_case["sigkill:after-ack/reliable"].duplicates == 0
+    assert by_case["sigkill:before-commit/stream"].duplicates == 1
+    assert by_case["sigkill:after-commit/stream"].duplicates == 0
