@@ -83,3 +83,11 @@ async def test_reliable_ack_points_sit_before_and_after_the_ack_script(
     # before-ack: nothing was sent, the ack still works; after-ack: it had already run
     assert await queue.ack(first) is True
     assert await queue.ack(second) is False
+
+
+def test_a_fault_armed_with_a_predicate_counts_only_its_subjects() -> None:
+    faults.arm("completer.after-commit:raise", when=lambda batch: batch == ["mine"])
+    faults.point("completer.after-commit", ["another job's batch"])  # not counted
+    with pytest.raises(faults.FaultInjected):
+        faults.point("completer.after-commit", ["mine"])
+    assert faults._armed is None
