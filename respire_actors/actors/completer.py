@@ -14,6 +14,7 @@ import anyio.abc
 
 from supervisors import MailboxClosed, current_child
 
+from .. import faults
 from ..errors import (
     PermissionDenied,
     RedisUnavailable,
@@ -160,7 +161,9 @@ async def _commit_retrying(rt: QueueRuntime, batch: list[Completion]) -> list[in
     while True:
         try:
             with anyio.CancelScope(shield=True):
-                return await rt.source.complete(rt.consumer, batch)
+                statuses = await rt.source.complete(rt.consumer, batch)
+            faults.point("completer.after-commit", batch)
+            return statuses
         except (RedisUnavailable, ServerLoading) as exc:
             log.warning("completing %d deliveries of %s: %s; retrying", len(batch), rt.name, exc)
             await anyio.sleep(backoff)
@@ -201,4 +204,5 @@ async def run_completer(
             _drain(rt, batch)
             if not batch:
                 continue
+        faults.point("completer.before-commit", batch)
         await commit(rt, batch)

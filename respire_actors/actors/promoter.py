@@ -17,6 +17,7 @@ import anyio.abc
 
 from supervisors import current_child
 
+from .. import faults
 from ..errors import RedisUnavailable, ServerLoading
 from .runtime import QueueRuntime, log
 from .source import PromotingSource
@@ -46,6 +47,8 @@ async def run_promoter(
         try:
             with anyio.CancelScope(shield=True):
                 result = await source.promote(batch)
+            if result.promoted:
+                faults.point("promoter.after-promote")
         except (RedisUnavailable, ServerLoading) as exc:  # an outage: wait it out
             log.warning("promotion for %s: %s; retrying in %.2fs", rt.name, exc, backoff)
             with ctx.stop_scope():

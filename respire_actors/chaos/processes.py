@@ -81,16 +81,18 @@ def start_worker(
     backend: str = "asyncio",
     env: dict[str, str] | None = None,
     wait: bool = True,
+    module: str = "respire_actors.chaos.worker",
 ) -> WorkerProcess:
     """Start one worker process on ``queue`` recording effects in ``effects``; ``extra`` are
     more ``chaos.worker`` arguments (``--consumers 4``, ``--no-renew``, ...); ``env`` adds
-    environment variables (e.g. a kill point)."""
+    environment variables (e.g. a kill point); ``module`` is the worker program
+    (``respire_actors.chaos.reliable_worker`` for a reliable-queue consumer)."""
     work_dir.mkdir(parents=True, exist_ok=True)
     stamp = f"{time.monotonic_ns()}"
     ready = work_dir / f"worker-{stamp}.ready"
     log = work_dir / f"worker-{stamp}.log"
     cmd = [
-        sys.executable, "-m", "respire_actors.chaos.worker",
+        sys.executable, "-m", module,
         "--url", url, "--queue", queue, "--effects", str(effects),
         "--ready-file", str(ready), "--backend", backend, *extra,
     ]  # fmt: skip

@@ -7,15 +7,28 @@ what every job does:
 * ``{"stall": 60, "stall_attempts": 1}`` - sleep that long first, on attempts up to
   ``stall_attempts`` (default 1) only: a first delivery that holds its lease until its worker
   is killed, and a recovered one that runs normally;
-* ``{"fail": "transient", "times": 2}`` - raise for the first ``times`` attempts, then succeed
-  (attempts are the job's total attempts, across durable retries);
+* ``{"fail": "transient", "times": 2}`` - raise for the first ``times`` attempts, then succeed;
 * ``{"fail": "permanent"}`` - return ``DeadLetter`` (no retry);
 * ``{"fail": "poison"}`` - raise on every attempt (the delivery limit dead-letters it);
 * ``{"fail": "ambiguous"}`` - record the effect, then raise (the effect happened, the outcome
   was not reported: the retry re-executes it);
 * ``{"fail": "hang"}`` - never return (the execution budget, ``--timeout-ms``, bounds it);
 * ``{"kill": "after-delivery"}`` / ``{"kill": "mid-handler"}`` - SIGKILL this process before /
-  after recording the effect, on attempt ``kill_attempt`` (default 1) only.
+  after recording the effect, on attempt ``kill_attempt`` (default 1) only;
+  ``{"kill": "before-commit"}`` / ``{"kill": "after-commit"}`` - return, having armed the
+  completer's fault point (:mod:`respire_actors.faults`) so the process is SIGKILLed right
+  before the batch holding this outcome is sent / right after its script replied;
+  ``"kill_total_attempt": n`` compares ``n`` with the total attempt count (across durable
+  retries) instead of the entry's; ``"kill_once": true`` kills on the job's first execution
+  (in any process: a ``kill`` line in the effects ledger marks it) whose total attempt is at
+  least ``kill_from_total`` (default 1), whichever delivery that is;
+* ``{"fail": "permanent", "times": 1}`` - dead-letter only the first ``times`` attempts;
+* ``{"hold": 3}`` - sleep that long on the first total attempt only (a long first run);
+  with ``"progress": true`` it reports progress every 0.1 s (fenced calls);
+* ``{"record_start": true}`` - append a ``start`` line to the effects ledger first;
+* ``{"result": true}`` - return ``{"pid", "attempt"}`` (kept with ``--keep-results-ms``).
+
+``RESPIRE_FAULT_POINT`` arms fault points at start-up (see :mod:`respire_actors.faults`).
 
 With ``--stream-start-id ID`` the process is a stream worker instead: it consumes the stream
 ``--queue`` (a raw key) in consumer group ``--group``, creating the group at ``ID`` (``$``,
@@ -23,12 +36,15 @@ With ``--stream-start-id ID`` the process is a stream worker instead: it consume
 field (JSON, optional) says what the handler does, as above.
 
 Every handler execution that reaches its effect appends ``{"kind": "effect", "job", "attempt",
-"pid", "running", "at"}`` to the ``--effects`` ledger (fsynced) before returning; ``running``
-is how many handlers of this process were executing at that moment (at most ``--consumers``),
-``at`` the wall-clock time in seconds. With ``--record-recovery`` each recovery pass that
-claimed deliveries appends ``{"kind": "recovery-pass", "claimed", "pages", "pid"}`` (from the
-``recovery-pass`` telemetry log). ``--ready-file`` is written once the worker has started
-every actor.
+"total", "entry", "pid", "running", "at"}`` to the ``--effects`` ledger (fsynced) before
+returning: ``attempt`` is the entry's delivery attempt, ``total`` the job's total attempts
+(across durable retries; the failure counters above use it), ``running`` how many handlers of
+this process were executing at that moment (at most ``--consumers``), ``at`` the wall-clock
+time. Every start appends a ``start`` line when asked and a cancelled handler a ``cancelled``
+line (with ``at``). With ``--record-recovery`` each recovery pass that claimed deliveries
+appends ``{"kind": "recovery-pass", "claimed", "pages", "pid"}`` (from the ``recovery-pass``
+telemetry log). ``--ready-file`` is written once the worker has started every actor;
+``--stats-file`` gets the worker's statistics (JSON) when it stops.
 
 ``--username`` with ``--password-file`` connects through a credential provider that reads the
 file on every new connection, so a password rotated in the file is used by the next reconnect
@@ -43,18 +59,21 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import anyio
 
+from .. import faults
 from ..actors.messages import DeadLetter
 from ..codecs import JsonValueCodec
-from ..jobs import ACK, Job, Outcome, QueueOptions, Worker, WorkerOptions
+from ..jobs import ACK, Job, QueueOptions, Worker, WorkerOptions
 from ..redis.client import connect
 from ..streams import StreamEntry, StreamWorker, StreamWorkerOptions
-from .ledger import Ledger
+from .ledger import Ledger, read_ledger
 
 
 class HandlerFailure(RuntimeError):
@@ -65,49 +84,109 @@ def _kill_self() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _killed_before(effects: Path, job_id: str) -> bool:
+    """Whether a ``kill`` line for ``job_id`` is in the effects ledger (any process)."""
+    return any(
+        line.get("kind") == "kill" and line["job"] == job_id for line in read_ledger(effects)
+    )
+
+
+def _holds(entry_id: str) -> Callable[[object], bool]:
+    """A fault predicate: the completer's batch holds the outcome of this entry."""
+
+    def holds(batch: object) -> bool:
+        return isinstance(batch, list) and any(c.delivery.entry_id == entry_id for c in batch)
+
+    return holds
+
+
+@dataclass(frozen=True)
+class Run:
+    """One handler execution: the job id, the entry's delivery ``attempt``, the job's
+    ``total`` attempts (across durable retries), the entry id, and the Job (job queues only:
+    progress reports)."""
+
+    job_id: str
+    attempt: int
+    total: int
+    entry: str
+    job: Job[Any] | None = None
+
+
+async def _hold(run: Run, seconds: float, progress: bool) -> None:
+    """Sleep ``seconds`` in 0.1 s steps, reporting progress after each step if asked."""
+    end = anyio.current_time() + seconds
+    while (left := end - anyio.current_time()) > 0:
+        await anyio.sleep(min(0.1, left))
+        if progress and run.job is not None:
+            await run.job.report_progress(min(99, int(100 * (1 - left / seconds))))
+
+
 _running = 0  # handlers of this process executing now (recorded in effect lines)
 
 
-async def perform(spec: dict[str, Any], job_id: str, attempt: int, effects: Ledger) -> Outcome:
+async def perform(spec: dict[str, Any], run: Run, effects: Ledger) -> Any:
     """What a chaos job's ``spec`` asks for (see the module docstring)."""
     global _running
+    common = {"job": run.job_id, "attempt": run.attempt, "pid": os.getpid()}
+    if spec.get("record_start"):
+        effects.record(kind="start", **common)
     _running += 1
     try:
-        return await _perform(spec, job_id, attempt, effects)
+        return await _behave(spec, run, effects, common)
+    except anyio.get_cancelled_exc_class():
+        effects.record(kind="cancelled", at=time.time(), **common)
+        raise
     finally:
         _running -= 1
 
 
-async def _perform(spec: dict[str, Any], job_id: str, attempt: int, effects: Ledger) -> Outcome:
+async def _behave(spec: dict[str, Any], run: Run, effects: Ledger, common: dict[str, Any]) -> Any:
     kill = spec.get("kill")
-    kill_now = kill and attempt == int(spec.get("kill_attempt", 1))
+    if spec.get("kill_once"):
+        # the first execution at or after total attempt kill_from_total, in any process
+        kill_now = (
+            kill
+            and run.total >= int(spec.get("kill_from_total", 1))
+            and not _killed_before(effects.path, run.job_id)
+        )
+        if kill_now:
+            effects.record(kind="kill", point=kill, **common)
+    elif "kill_total_attempt" in spec:
+        kill_now = kill and run.total == int(spec["kill_total_attempt"])
+    else:
+        kill_now = kill and run.attempt == int(spec.get("kill_attempt", 1))
     if kill_now and kill == "after-delivery":
         _kill_self()
-    if spec.get("stall") and attempt <= int(spec.get("stall_attempts", 1)):
+    if spec.get("stall") and run.attempt <= int(spec.get("stall_attempts", 1)):
         await anyio.sleep(float(spec["stall"]))
     if spec.get("sleep"):
         await anyio.sleep(float(spec["sleep"]))
+    if spec.get("hold") and run.total == 1:
+        await _hold(run, float(spec["hold"]), bool(spec.get("progress")))
     fail = spec.get("fail")
+    failing = run.total <= int(spec.get("times", 1))
     if fail == "hang":
         await anyio.sleep_forever()
-    if fail == "transient" and attempt <= int(spec.get("times", 1)):
-        raise HandlerFailure(f"transient failure on attempt {attempt}")
+    if fail == "transient" and failing:
+        raise HandlerFailure(f"transient failure on attempt {run.total}")
     if fail == "poison":
         raise HandlerFailure("poison payload")
-    if fail == "permanent":
+    if fail == "permanent" and ("times" not in spec or failing):
         return DeadLetter(detail="permanent failure")
     effects.record(
-        kind="effect",
-        job=job_id,
-        attempt=attempt,
-        pid=os.getpid(),
-        running=_running,
-        at=time.time(),
+        kind="effect", entry=run.entry, total=run.total, running=_running, at=time.time(), **common
     )
     if kill_now and kill == "mid-handler":
         _kill_self()
-    if fail == "ambiguous" and attempt <= int(spec.get("times", 1)):
+    if kill_now and kill in ("before-commit", "after-commit"):
+        # only at the commit of the batch holding this job's outcome (an earlier batch may
+        # be in flight when the handler returns)
+        faults.arm(f"completer.{kill}:kill", when=_holds(run.entry))
+    if fail == "ambiguous" and failing:
         raise HandlerFailure("the effect happened but the call failed")
+    if spec.get("result"):
+        return {"pid": os.getpid(), "attempt": run.total}
     return ACK
 
 
@@ -128,11 +207,12 @@ def build_stream_worker(args: argparse.Namespace, effects: Ledger) -> StreamWork
         timeout=timedelta(milliseconds=args.timeout_ms) if args.timeout_ms else None,
     )
 
-    async def handle(entry: StreamEntry) -> Outcome:
+    async def handle(entry: StreamEntry) -> Any:
         job_id = entry.fields.get(b"job", entry.id.encode()).decode()
         raw = entry.fields.get(b"spec")
         spec = json.loads(raw) if raw else {}
-        return await perform(spec if isinstance(spec, dict) else {}, job_id, entry.attempt, effects)
+        run = Run(job_id, entry.attempt, entry.attempt, entry.id)
+        return await perform(spec if isinstance(spec, dict) else {}, run, effects)
 
     worker.register(args.queue, handle, options)
     return worker
@@ -151,22 +231,22 @@ def build_worker(args: argparse.Namespace, effects: Ledger) -> Worker:
         renew_leases=not args.no_renew,
         timeout=timedelta(milliseconds=args.timeout_ms) if args.timeout_ms else None,
         recreate_missing_group=args.recreate_missing_group,
+        keep_results=timedelta(milliseconds=args.keep_results_ms) if args.keep_results_ms else None,
     )
-    queue_options = (
-        QueueOptions(
-            retry_backoff=timedelta(milliseconds=args.retry_backoff_ms),
-            scheduling_poll_interval=timedelta(milliseconds=100),
+    queue_options = None
+    if args.durable_retries:
+        queue_options = QueueOptions(
+            scheduling_poll_interval=timedelta(milliseconds=args.poll_ms),
+            retry_backoff=(
+                timedelta(milliseconds=args.retry_backoff_ms) if args.retry_backoff_ms else None
+            ),
         )
-        if args.durable_retries
-        else None
-    )
 
     @worker.job(args.queue, JsonValueCodec(), options, queue_options=queue_options)
-    async def handle(job: Job[Any]) -> Outcome:
+    async def handle(job: Job[Any]) -> Any:
         spec = job.payload if isinstance(job.payload, dict) else {}
-        # total_attempts: with durable retries each retry is a new entry whose own delivery
-        # count starts again at 1
-        return await perform(spec, job.id, job.total_attempts, effects)
+        run = Run(job.id, job.attempt, job.total_attempts, job.entry_id, job)
+        return await perform(spec, run, effects)
 
     return worker
 
@@ -189,31 +269,40 @@ class _RecoveryPasses(logging.Handler):
 
 
 async def _main(args: argparse.Namespace) -> None:
+    faults.arm_from_environment()
     with Ledger(Path(args.effects)) as effects:
         if args.record_recovery:
             telemetry = logging.getLogger("respire_actors.telemetry")
             telemetry.setLevel(logging.INFO)
             telemetry.addHandler(_RecoveryPasses(effects))
-        worker: Worker | StreamWorker = (
-            build_stream_worker(args, effects)
-            if args.stream_start_id
-            else build_worker(args, effects)
-        )
-        async with (
-            connect(args.url, **_credentials(args)) as client,
-            anyio.create_task_group() as tg,
-        ):
-            await tg.start(worker.run, client)
-            if args.ready_file:
-                await anyio.Path(args.ready_file).write_text(str(os.getpid()))
+        if args.stream_start_id:
+            await _serve(args, build_stream_worker(args, effects))
+            return
+        worker = build_worker(args, effects)
+        try:
+            await _serve(args, worker)
+        finally:
+            if args.stats_file:
+                stats = asdict(worker.statistics(args.queue))
+                await anyio.Path(args.stats_file).write_text(json.dumps(stats))
 
-            async def stop_on_sigterm() -> None:
-                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                    async for _ in signals:
-                        worker.request_stop()
-                        return
 
-            tg.start_soon(stop_on_sigterm)
+async def _serve(args: argparse.Namespace, worker: Worker | StreamWorker) -> None:
+    async with (
+        connect(args.url, **_credentials(args)) as client,
+        anyio.create_task_group() as tg,
+    ):
+        await tg.start(worker.run, client)
+        if args.ready_file:
+            await anyio.Path(args.ready_file).write_text(str(os.getpid()))
+
+        async def stop_on_sigterm() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    worker.request_stop()
+                    return
+
+        tg.start_soon(stop_on_sigterm)
 
 
 def _credentials(args: argparse.Namespace) -> dict[str, Any]:
@@ -252,8 +341,12 @@ def parser() -> argparse.ArgumentParser:
         "--retry-backoff-ms",
         type=int,
         default=100,
-        help="with --durable-retries: the retry backoff's base (default 100)",
+        help="with --durable-retries: nacks stage a retry after this backoff (0: no backoff, "
+        "nacked entries stay pending; default 100)",
     )
+    p.add_argument("--poll-ms", type=int, default=100, help="with --durable-retries: promoter poll")
+    p.add_argument("--keep-results-ms", type=int, default=0, help="keep results (0: no)")
+    p.add_argument("--stats-file", help="write the worker's statistics (JSON) here on exit")
     p.add_argument(
         "--recreate-missing-group",
         default="fail",

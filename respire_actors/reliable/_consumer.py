@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any, Generic, Literal, TypeVar
 
-from .. import tracing
+from .. import faults, tracing
 from ..codecs import Codec, DecodeError, check_codec
 from ..errors import ConfigurationError, ScriptError, ValidationError
 from ..keys import hash_tag, same_slot
@@ -288,11 +288,13 @@ class Consumer(Generic[T]):
         receipts = [parse_receipt(m) for m in messages]
         if not receipts:
             return []
+        faults.point("reliable.before-ack")
         reply = await load("rq_ack")(
             self._client,
             [self._stream, self._deadlines, self._receipts],
             [self._group, self._mode, *[part for r in receipts for part in r]],
         )
+        faults.point("reliable.after-ack")
         results = [bool(int(r)) for r in reply]
         self._release(receipts)
         done = sum(results)

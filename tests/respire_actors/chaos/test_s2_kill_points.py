@@ -1,0 +1,67 @@
+"""Scenario 2 (kill points) at its CI sizes, through the scenario's own code path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers.keyspace import delete_matching
+
+from respire_actors.chaos.model import ChaosContext
+from respire_actors.chaos.scenarios.s2_kill_points import (
+    KILL_POINTS,
+    KINDS,
+    RELIABLE_KILL_POINTS,
+    KillPoints,
+    cases,
+)
+from respire_actors.redis.client import connect
+
+pytestmark = pytest.mark.anyio
+
+PAIRS = pytest.mark.parametrize(
+    ("server_url", "anyio_backend"), [("valkey", "asyncio"), ("redis", "trio")], indirect=True
+)
+
+
+def test_the_ci_subset_kills_every_point_and_every_kind() -> None:
+    selected = cases(full=False)
+    assert {c.point for c in selected if c.workload == "plain"} == set(KILL_POINTS)
+    assert {c.point for c in selected if c.workload == "reliable"} == set(RELIABLE_KILL_POINTS)
+    assert "after-promotion" in {c.point for c in selected}
+    assert {c.point for c in selected if c.workload == "stream"} >= {
+        "before-commit",
+        "after-commit",
+    }
+    assert {c.point for c in cases(full=True) if c.workload == "stream"} == set(KILL_POINTS)
+    assert {kind for c in selected for kind in c.kinds} == set(KINDS)
+    assert all(set(c.kinds) == set(KINDS) for c in cases(full=True) if c.kinds)
+
+
+@PAIRS
+async def test_every_job_completes_once_after_each_kill(
+    server_url: str, anyio_backend: str, tmp_path: Path
+) -> None:
+    ctx = ChaosContext(work_dir=tmp_path, redis_url=server_url, backend=anyio_backend)
+    try:
+        verdicts = await KillPoints().run(ctx)
+    finally:
+        async with connect(server_url) as client:
+            await delete_matching(client, f"*chaos-{ctx.run_id}*")
+    assert len(verdicts) == len(cases(full=False))
+    for verdict in verdicts:
+        assert verdict.passed, verdict
+        # not vacuous: every kill job killed a process with SIGKILL, every job completed
+        assert verdict.details["kills"] == len(verdict.details["killed_by"]) >= 1, verdict
+        assert verdict.details["exit_signals"] == [9], verdict
+        assert verdict.completed == verdict.accepted > 0 and verdict.lost == 0, verdict
+    by_case = {v.case: v for v in verdicts}
+    # a kill after the effect and before the commit re-executes; after the commit it must not
+    assert by_case["sigkill:mid-handler/plain"].duplicates == 1
+    assert by_case["sigkill:before-commit/plain"].duplicates == 1
+    assert by_case["sigkill:after-commit/plain"].duplicates == 0
+    # a reliable queue's ack is a call of its own: a kill before it re-executes, after it not
+    assert by_case["sigkill:before-ack/reliable"].duplicates == 1
+    assert by_case["sigkill:after-ack/reliable"].duplicates == 0
+    assert by_case["sigkill:before-commit/stream"].duplicates == 1
+    assert by_case["sigkill:after-commit/stream"].duplicates == 0

@@ -1,0 +1,46 @@
+"""Scenario 3 (a paused worker resumed after recovery) at its CI sizes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers.keyspace import delete_matching
+
+from respire_actors.chaos.model import ChaosContext
+from respire_actors.chaos.scenarios.s3_pause_fencing import PauseFencing
+from respire_actors.redis.client import connect
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.parametrize(
+    ("server_url", "anyio_backend"), [("valkey", "asyncio"), ("redis", "trio")], indirect=True
+)
+async def test_fencing_rejects_every_transition_of_a_resumed_worker(
+    server_url: str, anyio_backend: str, tmp_path: Path
+) -> None:
+    ctx = ChaosContext(work_dir=tmp_path, redis_url=server_url, backend=anyio_backend)
+    try:
+        verdicts = await PauseFencing().run(ctx)
+    finally:
+        async with connect(server_url) as client:
+            await delete_matching(client, f"*chaos-{ctx.run_id}*")
+    assert {v.case for v in verdicts} == {
+        f"sigstop:{pause}/{renew}"
+        for pause in ("handler-returned", "handler-running")
+        for renew in ("renew", "no-renew")
+    }
+    for verdict in verdicts:
+        assert verdict.passed, verdict
+        assert verdict.completed == verdict.accepted > 0 and verdict.duplicates >= 0, verdict
+        assert verdict.details["paused_s"] > 1.0, verdict  # beyond the visibility timeout
+        if "handler-returned" in verdict.case:
+            # every outcome the paused worker sent (ack, retry, dead letter) was refused as
+            # stale; a handler the pause caught before it returned lost its lease instead
+            assert verdict.details["stale_completions"] >= 1, verdict
+            assert verdict.details["rejected"] == verdict.accepted, verdict
+        else:
+            # every resumed handler found its lease lost and was cancelled
+            assert verdict.details["leases_lost"] == verdict.accepted, verdict
+            assert verdict.details["cancelled_after_resume"] == verdict.accepted, verdict
