@@ -38,6 +38,8 @@ from .options import (
     Retention,
     WorkerOptions,
 )
+from .partitioned import PartitionedJobQueue, PartitionedQueueState
+from .partitioning import partition_of
 from .queue import JobQueue
 from .recurring import (
     CATCH_UP,
@@ -81,6 +83,9 @@ __all__ = [
     "JobEnqueueOptions",
     "JobEvent",
     "JobQueue",
+    "PartitionedJobQueue",
+    "PartitionedQueueState",
+    "partition_of",
     "JobStatus",
     "LogPolicy",
     "Nack",

@@ -1,0 +1,321 @@
+"""Partitioned job queues (issue #15, docs/partitions.md): routing, per-partition
+deduplication, the recorded partition count, one worker registration draining every
+partition, per-partition and aggregate state, bad input. Real servers, both backends."""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from datetime import timedelta
+
+import anyio
+import pytest
+from jobs_helpers import fast_options, text, wait_until, wait_until_async
+
+from respire_actors import (
+    ACK,
+    NACK,
+    Job,
+    JobQueue,
+    PartitionCountMismatch,
+    PartitionedJobQueue,
+    QueueOptions,
+    RateLimit,
+    RecurringOptions,
+    StrCodec,
+    ValidationError,
+    Worker,
+    WorkerOptions,
+)
+from respire_actors.jobs import partition_of
+from respire_actors.keys import partitions_key
+from respire_actors.redis.client import RedisClient
+
+pytestmark = pytest.mark.anyio
+
+# A fixed table: a change of the hash (or of its input bytes) breaks this test, as it would
+# send existing jobs' repeats to other partitions than their originals.
+ROUTES = [
+    ("job-1", 16, 15),
+    ("job-2", 16, 5),
+    ("order:42", 16, 11),
+    ("customer-7", 16, 8),
+    ("é", 16, 14),
+    ("job-1", 1024, 575),
+    ("order:42", 1024, 811),
+    ("customer-7", 1024, 328),
+    ("anything", 1, 0),
+]
+
+
+@pytest.mark.parametrize(("key", "partitions", "expected"), ROUTES)
+def test_routing_is_a_fixed_crc32_table(key: str, partitions: int, expected: int) -> None:
+    assert partition_of(key, partitions) == expected
+    assert zlib.crc32(key.encode("utf-8")) % partitions == expected
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1025, True, 2.0, "16"])
+def test_a_bad_partition_count_is_refused_before_anything_is_sent(bad: object) -> None:
+    with pytest.raises(ValidationError, match="partitions"):
+        partition_of("k", bad)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="partitions"):
+        Worker().register("q", _ack, StrCodec(), partitions=bad)  # type: ignore[arg-type]
+
+
+async def test_bad_input_is_refused_with_typed_errors(
+    client: RedisClient, unique_name: str
+) -> None:
+    for bad in (0, 1025, True):
+        with pytest.raises(ValidationError):
+            PartitionedJobQueue(client, unique_name, StrCodec(), partitions=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="braces"):
+        PartitionedJobQueue(client, "a{b}", StrCodec(), partitions=4)
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    with pytest.raises(ValidationError, match="ordering key"):
+        await queue.enqueue("j", "x", ordering_key="  ")
+    with pytest.raises(ValidationError, match="job id"):
+        await queue.enqueue("", "x")
+    with pytest.raises(ValidationError, match="tuple"):
+        await queue.enqueue_many([("a", "x"), "b"])  # type: ignore[list-item]
+    with pytest.raises(ValidationError):
+        queue.partition(4)
+    # nothing was sent: not even the partition count was recorded
+    assert await client.execute("EXISTS", partitions_key(unique_name)) == 0
+    worker = Worker()
+    with pytest.raises(ValidationError, match="rate limit"):
+        worker.register(
+            unique_name,
+            _ack,
+            StrCodec(),
+            queue_options=QueueOptions(rate_limit=RateLimit(5, timedelta(seconds=1))),
+            partitions=4,
+        )
+    with pytest.raises(ValidationError, match="recurring"):
+        worker.register(unique_name, _ack, StrCodec(), recurring=RecurringOptions(), partitions=4)
+
+
+async def _ack(job: Job[str]) -> object:
+    return ACK
+
+
+async def test_jobs_land_in_their_partitions_and_dedup_per_partition(
+    client: RedisClient, unique_name: str
+) -> None:
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=16)
+    first = await queue.enqueue("job-1", "a")
+    again = await queue.enqueue("job-1", "b")
+    assert first.enqueued and not again.enqueued and again.entry_id == first.entry_id
+    # the job is in partition 15 (the table above), an ordinary queue named <name>:p15
+    assert await client.execute("XLEN", queue.partition(15).keys.ready) == 1
+    assert sum(await queue.backlog()) == 1
+    # an ordering key routes the job with its key, and dedups there
+    a = await queue.enqueue("x-1", "a", ordering_key="customer-7")
+    b = await queue.enqueue("x-2", "b", ordering_key="customer-7")
+    assert a.enqueued and b.enqueued
+    assert await client.execute("XLEN", queue.partition(8).keys.ready) == 2
+    dup = await queue.enqueue("x-1", "c", ordering_key="customer-7")
+    assert not dup.enqueued and dup.entry_id == a.entry_id
+    results = await queue.enqueue_many(
+        [(f"m{i}", str(i)) for i in range(100)] + [("job-1", "dup"), ("y", "1", "customer-7")]
+    )
+    assert [r.enqueued for r in results] == [True] * 100 + [False, True]
+    backlog = await queue.backlog()
+    assert sum(backlog) == 104
+    expected = Counter(partition_of(f"m{i}", 16) for i in range(100))
+    expected[15] += 1
+    expected[8] += 3
+    assert backlog == [expected[i] for i in range(16)]
+    assert int(await client.execute("GET", partitions_key(unique_name))) == 16
+
+
+async def test_a_producer_or_worker_with_another_count_gets_a_typed_error(
+    client: RedisClient, unique_name: str
+) -> None:
+    await PartitionedJobQueue(client, unique_name, StrCodec(), partitions=8).enqueue("a", "x")
+    other = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=16)
+    with pytest.raises(PartitionCountMismatch) as caught:
+        await other.enqueue("b", "x")
+    assert (caught.value.configured, caught.value.stored) == (16, 8)
+    assert sum(await other.backlog()) == 1  # nothing was sent to the wrong partition
+    worker = Worker()
+    worker.register(unique_name, _ack, StrCodec(), fast_options(), partitions=4)
+    with anyio.fail_after(10), pytest.raises(PartitionCountMismatch):
+        await worker.run(client)
+    # the mismatched worker created no consumer group in any partition
+    for i in range(8):
+        key = other.partition(i).keys.ready
+        if await client.execute("EXISTS", key):
+            assert await client.execute("XINFO", "GROUPS", key) == []
+
+
+async def test_one_registration_drains_every_partition(
+    client: RedisClient, unique_name: str
+) -> None:
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=16)
+    await queue.enqueue_many([(f"j{i}", str(i)) for i in range(300)])
+    seen: dict[str, int] = {}
+    progress_ok: list[bool] = []
+
+    async def handler(job: Job[str]) -> object:
+        if job.id == "j7":
+            progress_ok.append(await job.report_progress(50))
+            progress_ok.append(await job.log("hello from j7"))
+        seen[job.id] = job.partition
+        return ACK
+
+    worker = Worker()
+    worker.register(
+        unique_name,
+        handler,
+        StrCodec(),
+        fast_options(consumer_count=8, keep_results=timedelta(minutes=5)),
+        partitions=16,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        await wait_until(lambda: len(seen) == 300, timeout=30)
+        # jobs enqueued while the worker waits are picked up (the wait covers every partition)
+        await queue.enqueue_many([(f"late{i}", "x") for i in range(40)])
+        await wait_until(lambda: len(seen) == 340, timeout=15)
+        stats = worker.statistics(unique_name)
+        await wait_until(lambda: stats.acked == 340, timeout=15)
+        await worker.stop()
+    assert all(seen[j] == partition_of(j, 16) for j in seen)
+    assert len(set(seen.values())) == 16
+    assert progress_ok == [True, True]
+    assert await queue.get_logs("j7") == ["hello from j7"]
+    status = await queue.status("j7")
+    assert status.state == "completed"
+    # every partition's pending list is empty and its group saw its share
+    for i in range(16):
+        pending = await client.execute("XPENDING", queue.partition(i).keys.ready, "respire")
+        assert int(pending[0]) == 0
+    events = await queue.queue_for("j7").read_dead_letters()
+    assert events == []
+
+
+async def test_state_is_per_partition_and_aggregated(client: RedisClient, unique_name: str) -> None:
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    state = await queue.get_state()
+    assert len(state.partitions) == 4 and not state.paused and state.paused_partitions == 0
+    assert await queue.partition(2).pause()
+    state = await queue.get_state()
+    assert [s.paused for s in state.partitions] == [False, False, True, False]
+    assert state.paused_partitions == 1 and not state.paused
+    assert await queue.pause() == 3
+    assert (await queue.get_state()).paused
+    assert await queue.resume() == 4
+    assert (await queue.get_state()).paused_partitions == 0
+
+
+async def test_a_paused_partition_holds_its_jobs_while_the_others_run(
+    client: RedisClient, unique_name: str
+) -> None:
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    jobs = [f"j{i}" for i in range(40)]
+    held = [j for j in jobs if partition_of(j, 4) == 1]
+    assert held
+    await queue.partition(1).pause()
+    await queue.enqueue_many([(j, "x") for j in jobs])
+    done: set[str] = set()
+
+    async def handler(job: Job[str]) -> object:
+        done.add(job.id)
+        return ACK
+
+    worker = Worker()
+    worker.register(unique_name, handler, StrCodec(), fast_options(), partitions=4)
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        await wait_until(lambda: len(done) == len(jobs) - len(held), timeout=15)
+        assert not done & set(held)
+        await queue.partition(1).resume()
+        await wait_until(lambda: len(done) == len(jobs), timeout=15)
+        await worker.stop()
+
+
+async def test_recovery_and_dead_letters_stay_in_each_partition(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Nacked jobs are recovered after the visibility timeout from every partition, and
+    dead-lettered in their own partition at the delivery limit."""
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=8)
+    jobs = [f"n{i}" for i in range(16)]
+    await queue.enqueue_many([(j, "x") for j in jobs])
+    attempts: Counter[str] = Counter()
+
+    async def handler(job: Job[str]) -> object:
+        attempts[job.id] += 1
+        return NACK
+
+    worker = Worker()
+    worker.register(
+        unique_name,
+        handler,
+        StrCodec(),
+        fast_options(visibility_timeout=timedelta(milliseconds=200), delivery_limit=2),
+        partitions=8,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+
+        async def all_dead() -> bool:
+            counts = [
+                int(await client.execute("XLEN", queue.partition(i).keys.dead)) for i in range(8)
+            ]
+            return sum(counts) == len(jobs)
+
+        await wait_until_async(all_dead, timeout=20)
+        await worker.stop()
+    assert all(attempts[j] == 2 for j in jobs)
+    for j in jobs:
+        letters = await queue.queue_for(j).read_dead_letters()
+        assert j in {text(f["_respire.job.id"]) for _, f in letters}
+
+
+async def test_scheduled_jobs_are_promoted_in_their_partitions(
+    client: RedisClient, unique_name: str
+) -> None:
+    from respire_actors import JobEnqueueOptions
+
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    for i in range(8):
+        await queue.enqueue_scheduled(
+            f"s{i}", "x", JobEnqueueOptions(delay=timedelta(milliseconds=100))
+        )
+    done: set[str] = set()
+
+    async def handler(job: Job[str]) -> object:
+        done.add(job.id)
+        return ACK
+
+    worker = Worker()
+    worker.register(
+        unique_name,
+        handler,
+        StrCodec(),
+        fast_options(),
+        queue_options=QueueOptions(scheduling_poll_interval=timedelta(milliseconds=50)),
+        partitions=4,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        await wait_until(lambda: len(done) == 8, timeout=15)
+        await worker.stop()
+    assert worker.statistics(unique_name).promoted == 8
+
+
+async def test_the_worker_leaves_no_consumer_behind(client: RedisClient, unique_name: str) -> None:
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    worker = Worker()
+    worker.register(unique_name, _ack, StrCodec(), fast_options(consumer_name="c1"), partitions=4)
+    await queue.enqueue_many([(f"j{i}", "x") for i in range(20)])
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        await wait_until(lambda: worker.statistics(unique_name).acked == 20, timeout=15)
+        await worker.stop()
+    for i in range(4):
+        consumers = await client.execute(
+            "XINFO", "CONSUMERS", queue.partition(i).keys.ready, "respire"
+        )
+        assert consumers == []
