@@ -16,7 +16,6 @@ from respire_actors import (
     ACK,
     NACK,
     Job,
-    JobQueue,
     PartitionCountMismatch,
     PartitionedJobQueue,
     QueueOptions,
@@ -25,7 +24,6 @@ from respire_actors import (
     StrCodec,
     ValidationError,
     Worker,
-    WorkerOptions,
 )
 from respire_actors.jobs import partition_of
 from respire_actors.keys import partitions_key
