@@ -166,7 +166,12 @@ async def test_one_registration_drains_every_partition(
         unique_name,
         handler,
         StrCodec(),
-        fast_options(consumer_count=8, keep_results=timedelta(minutes=5)),
+        # a poll interval longer than the test: the late jobs are found by the wait itself
+        fast_options(
+            consumer_count=8,
+            keep_results=timedelta(minutes=5),
+            poll_interval=timedelta(seconds=60),
+        ),
         partitions=16,
     )
     async with anyio.create_task_group() as tg:
@@ -235,15 +240,19 @@ async def test_a_paused_partition_holds_its_jobs_while_the_others_run(
 async def test_recovery_and_dead_letters_stay_in_each_partition(
     client: RedisClient, unique_name: str
 ) -> None:
-    """Nacked jobs are recovered after the visibility timeout from every partition, and
-    dead-lettered in their own partition at the delivery limit."""
+    """Nacked jobs are recovered after the visibility timeout from every partition, complete
+    there on their second attempt (the recovered delivery's outcome commits in its own
+    partition: nothing stale), or are dead-lettered in their own partition at the limit."""
     queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=8)
-    jobs = [f"n{i}" for i in range(16)]
-    await queue.enqueue_many([(j, "x") for j in jobs])
+    retried = [f"r{i}" for i in range(16)]
+    doomed = [f"d{i}" for i in range(16)]
+    await queue.enqueue_many([(j, "x") for j in retried + doomed])
     attempts: Counter[str] = Counter()
 
     async def handler(job: Job[str]) -> object:
         attempts[job.id] += 1
+        if job.id.startswith("r") and job.attempt == 2:
+            return ACK
         return NACK
 
     worker = Worker()
@@ -257,16 +266,19 @@ async def test_recovery_and_dead_letters_stay_in_each_partition(
     async with anyio.create_task_group() as tg:
         await tg.start(worker.run, client)
 
-        async def all_dead() -> bool:
+        async def all_settled() -> bool:
             counts = [
                 int(await client.execute("XLEN", queue.partition(i).keys.dead)) for i in range(8)
             ]
-            return sum(counts) == len(jobs)
+            return sum(counts) == len(doomed) and worker.statistics(unique_name).acked == 16
 
-        await wait_until_async(all_dead, timeout=20)
+        await wait_until_async(all_settled, timeout=20)
         await worker.stop()
-    assert all(attempts[j] == 2 for j in jobs)
-    for j in jobs:
+    stats = worker.statistics(unique_name)
+    assert stats.stale_completions == 0 and stats.rejected_completions == 0
+    assert stats.recovered >= 32
+    assert all(attempts[j] == 2 for j in retried + doomed)
+    for j in doomed:
         letters = await queue.queue_for(j).read_dead_letters()
         assert j in {text(f["_respire.job.id"]) for _, f in letters}
 
@@ -317,3 +329,36 @@ async def test_the_worker_leaves_no_consumer_behind(client: RedisClient, unique_
             "XINFO", "CONSUMERS", queue.partition(i).keys.ready, "respire"
         )
         assert consumers == []
+
+
+async def test_running_handlers_leases_are_renewed_in_their_partitions(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Handlers running for several visibility timeouts keep their leases in every partition
+    (renewals are routed per partition) and complete without being recovered elsewhere."""
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=8)
+    jobs = [f"long{i}" for i in range(8)]
+    assert len({queue.partition_of(j) for j in jobs}) > 2
+    await queue.enqueue_many([(j, "x") for j in jobs])
+    attempts: Counter[str] = Counter()
+
+    async def handler(job: Job[str]) -> object:
+        attempts[job.id] += 1
+        await anyio.sleep(1.0)  # over three visibility timeouts
+        return ACK
+
+    worker = Worker()
+    worker.register(
+        unique_name,
+        handler,
+        StrCodec(),
+        fast_options(consumer_count=8, visibility_timeout=timedelta(milliseconds=300)),
+        partitions=8,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        stats = worker.statistics(unique_name)
+        await wait_until(lambda: stats.acked == len(jobs), timeout=20)
+        await worker.stop()
+    assert stats.leases_lost == 0 and stats.recovered == 0 and stats.leases_renewed > 0
+    assert all(attempts[j] == 1 for j in jobs)
