@@ -6,14 +6,16 @@ renewals, progress and logs go to the partition the job came from, with the same
 fencing, leases, retries and dead letters as a plain queue. Nothing uses a key outside the
 partitions' own hash tags except the start-up check of the recorded partition count.
 
-- **Reads** go round-robin: a read starts at the partition after the last one that
-  delivered and takes up to the admitted count from the first partition with work, so busy
-  partitions share the worker. A partition found empty is skipped until a wait reports a new
-  entry in it.
+- **Reads** go round-robin with a small quantum: a read takes up to the admitted count from
+  the first partition with work, starting where the last read left off; a partition stays
+  first for at most :data:`STICKY_READS` consecutive full reads, so busy partitions share the
+  worker while the jobs in flight come from few partitions at a time. A partition found
+  empty is skipped until a wait reports a new entry in it.
 - **Waits** (nothing ready anywhere): on one server, one ``XREAD BLOCK`` over every
   partition's ready stream; on a cluster, where one command cannot name keys of several
   slots, a non-blocking probe of every partition (pipelined per node) repeated at growing
-  intervals (:data:`PROBE_MIN_MS` up to :data:`PROBE_MAX_MS`) until the wait ends. A wait that
+  intervals (:data:`PROBE_MIN_MS` up to :data:`PROBE_MAX_MS`, or one ms per partition when
+  there are more) until the wait ends. A wait that
   times out makes every paused or denied partition, and every :data:`RESCAN_EVERY` timeouts
   every partition, a read candidate again.
 - **Recovery** (startup replay and visibility recovery) visits the partitions in turn, one
@@ -45,7 +47,13 @@ R = TypeVar("R")
 PROBE_MIN_MS = 5
 """First probe interval of a cluster wait (doubles up to :data:`PROBE_MAX_MS`)."""
 PROBE_MAX_MS = 100
-"""Longest interval between two probes of a cluster wait (the added pickup latency when idle)."""
+"""Longest interval between two probes of a cluster wait (the added pickup latency when idle),
+in ms; with more partitions than that, one ms per partition (an idle worker then probes at most
+about 1000 partitions per second)."""
+STICKY_READS = 8
+"""Most consecutive full reads from one partition before the next read starts at the next
+partition (round-robin with a small quantum: in-flight jobs then share few partitions, so the
+completer commits them in few calls)."""
 RESCAN_EVERY = 10
 """Every this many wait timeouts, every partition is read again (not only paused ones)."""
 
@@ -105,10 +113,12 @@ class PartitionedSource:
         self.stream_keys = tuple(p.stream_key for p in parts)
         n = len(parts)
         self._next = 0  # the partition a read starts at
+        self._streak = 0  # consecutive full reads from partition _next
         self._candidate = [True] * n  # may have unread entries
         self._held: set[int] = set()  # paused or denied at their last read
         self._last_ids = ["0-0"] * n  # newest entry each empty partition had
         self._timeouts = 0
+        self._probe_delay = PROBE_MIN_MS / 1000
         self._sweeps: dict[str, _Sweep] = {}
         self._index = {key: i for i, key in enumerate(self.stream_keys)}
 
@@ -136,7 +146,14 @@ class PartitionedSource:
             result = await self.parts[i].read(consumer, count, min_idle_ms)
             expired += result.expired
             if result.status == "ok":
-                self._next = (i + 1) % n
+                # stay on a partition with more work for up to STICKY_READS reads (so a batch
+                # of completions mostly commits in one call), then move on
+                self._streak = self._streak + 1 if i == self._next else 1
+                full = len(result.deliveries) >= count
+                if not full or self._streak >= STICKY_READS:
+                    self._next, self._streak = (i + 1) % n, 0
+                else:
+                    self._next = i
                 return ReadResult(
                     "ok",
                     _tagged(result.deliveries, i),
@@ -182,7 +199,7 @@ class PartitionedSource:
     async def _probe(self, wait_ms: int) -> set[int]:
         """Cluster wait: pipelined non-blocking reads after each partition's newest entry."""
         deadline = anyio.current_time() + wait_ms / 1000
-        delay = PROBE_MIN_MS / 1000
+        longest = max(PROBE_MAX_MS, len(self.parts)) / 1000
         while True:
             replies = await self.client.pipeline(
                 [
@@ -196,11 +213,15 @@ class PartitionedSource:
                     raise reply
                 if reply:
                     woken.add(i)
-            now = anyio.current_time()
-            if woken or now >= deadline:
+            if woken:  # busy again: the next idle period starts probing quickly
+                self._probe_delay = PROBE_MIN_MS / 1000
                 return woken
-            await anyio.sleep(min(delay, deadline - now))
-            delay = min(delay * 2, PROBE_MAX_MS / 1000)
+            now = anyio.current_time()
+            if now >= deadline:
+                return woken
+            await anyio.sleep(min(self._probe_delay, deadline - now))
+            # the interval keeps growing across consecutive idle waits
+            self._probe_delay = min(self._probe_delay * 2, longest)
 
     # -- recovery -----------------------------------------------------------------------------
     async def claim(

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import zlib
 from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
 
 import anyio
 import pytest
+from helpers.otel import Otel
 from jobs_helpers import fast_options, text, wait_until, wait_until_async
 
 from respire_actors import (
@@ -362,3 +364,64 @@ async def test_running_handlers_leases_are_renewed_in_their_partitions(
         await worker.stop()
     assert stats.leases_lost == 0 and stats.recovered == 0 and stats.leases_renewed > 0
     assert all(attempts[j] == 1 for j in jobs)
+
+
+async def test_gauges_of_a_partitioned_registration_cover_every_partition(
+    otel: Otel, client: RedisClient, unique_name: str
+) -> None:
+    """The sampler reads every partition and combines them: pending and lag summed, paused
+    only when every partition is."""
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    first = ["job-1", "job-2"]  # partitions 3 and 1 of 4
+    late = "order:42"  # partition 3 of 4, behind job-1
+    assert [queue.partition_of(j) for j in (*first, late)] == [3, 1, 3]
+    release = anyio.Event()
+    running = 0
+
+    async def handler(job: Job[str]) -> object:
+        nonlocal running
+        running += 1
+        await release.wait()
+        return ACK
+
+    name = f"{unique_name}-g"
+    worker = Worker()
+    worker.register(
+        unique_name,
+        handler,
+        StrCodec(),
+        fast_options(consumer_count=2, read_batch=2, telemetry_name=name),
+        partitions=4,
+    )
+    await queue.enqueue_many([(j, "x") for j in first])
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        await wait_until(lambda: running == 2)
+        await queue.enqueue(late, "x")
+        await queue.partition(0).pause()
+
+        def gauges(pending: int, lag: int, paused: int) -> Callable[[], bool]:
+            def check() -> bool:
+                return (
+                    otel.values("respire.pending.count", name).get(()) == pending
+                    and otel.values("respire.consumer_group.lag", name).get(()) == lag
+                    and otel.values("respire.queue.paused", name).get(()) == paused
+                )
+
+            return check
+
+        await collected(gauges(pending=2, lag=1, paused=0))
+        await queue.pause()
+        await collected(gauges(pending=2, lag=1, paused=1))
+        await queue.resume()
+        release.set()
+        await wait_until(lambda: worker.statistics(unique_name).acked == 3)
+        await collected(gauges(pending=0, lag=0, paused=0))
+        await worker.stop()
+
+
+async def collected(check: Callable[[], bool], *, timeout: float = 10.0) -> None:
+    """Wait until ``check`` holds: each metric collection in it asks for a fresh sample."""
+    with anyio.fail_after(timeout):
+        while not check():  # noqa: ASYNC110 - collections are what we wait on
+            await anyio.sleep(0.05)
