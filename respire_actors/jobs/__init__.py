@@ -39,7 +39,7 @@ from .options import (
     WorkerOptions,
 )
 from .partitioned import PartitionedJobQueue, PartitionedQueueState
-from .partitioning import partition_of
+from .partitioning import partition_names, partition_of
 from .queue import JobQueue
 from .recurring import (
     CATCH_UP,
@@ -85,6 +85,7 @@ __all__ = [
     "JobQueue",
     "PartitionedJobQueue",
     "PartitionedQueueState",
+    "partition_names",
     "partition_of",
     "JobStatus",
     "LogPolicy",

@@ -18,7 +18,7 @@ import zlib
 
 from ..actors._util import text
 from ..errors import PartitionCountMismatch, ValidationError
-from ..keys import MAX_PARTITIONS, partitions_key
+from ..keys import MAX_PARTITIONS, partition_name, partitions_key, validate_name
 from ..redis.client import RedisClient
 from ..redis.scripts import load
 from .options import validate_job_id
@@ -48,6 +48,15 @@ def partition_of(ordering_key: str, partitions: int) -> int:
     return zlib.crc32(ordering_key.encode("utf-8")) % partitions
 
 
+def partition_names(name: str, partitions: int) -> tuple[str, ...]:
+    """The queue names a partitioned queue uses: ``name`` itself (where the count is
+    recorded) and every partition ``name:p<i>``; e.g. for
+    ``respire_actors.acl.acl_rules(role, partition_names("orders", 16))``."""
+    validate_name(name)
+    validate_partitions(partitions)
+    return (name, *(partition_name(name, i) for i in range(partitions)))
+
+
 async def check_partition_count(client: RedisClient, name: str, partitions: int) -> None:
     """Record ``partitions`` as queue ``name``'s count, or compare it with the recorded one
     (one script). Raises :class:`PartitionCountMismatch` when they differ."""
@@ -66,4 +75,4 @@ async def check_partition_count(client: RedisClient, name: str, partitions: int)
         )
 
 
-__all__ = ["check_partition_count", "partition_of", "validate_partitions"]
+__all__ = ["check_partition_count", "partition_names", "partition_of", "validate_partitions"]

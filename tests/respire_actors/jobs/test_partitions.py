@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import anyio
 import pytest
+from helpers.acl import acl_denials, acl_user
 from helpers.otel import Otel
 from jobs_helpers import fast_options, text, wait_until, wait_until_async
 
@@ -27,7 +28,9 @@ from respire_actors import (
     ValidationError,
     Worker,
 )
-from respire_actors.jobs import partition_of
+from respire_actors.acl import acl_rules
+from respire_actors.errors import PermissionDenied
+from respire_actors.jobs import partition_names, partition_of
 from respire_actors.keys import partitions_key
 from respire_actors.redis.client import RedisClient
 
@@ -425,3 +428,40 @@ async def collected(check: Callable[[], bool], *, timeout: float = 10.0) -> None
     with anyio.fail_after(timeout):
         while not check():  # noqa: ASYNC110 - collections are what we wait on
             await anyio.sleep(0.05)
+
+
+async def test_producer_and_worker_users_need_only_the_partitions_keys(
+    client: RedisClient, server_url: str, unique_name: str
+) -> None:
+    """ACL users whose key patterns are the queue's partition names (acl_rules over
+    partition_names) enqueue and work a partitioned queue with nothing denied."""
+    names = partition_names(unique_name, 4)
+    done: set[str] = set()
+
+    async def handler(job: Job[str]) -> object:
+        done.add(job.id)
+        return ACK
+
+    async with (
+        acl_user(client, server_url, f"{unique_name}-p", acl_rules("producer", names)) as p,
+        acl_user(client, server_url, f"{unique_name}-w", acl_rules("worker", names)) as w,
+    ):
+        queue = PartitionedJobQueue(p, unique_name, StrCodec(), partitions=4)
+        await queue.enqueue_many([(f"j{i}", "x") for i in range(20)])
+        worker = Worker()
+        worker.register(unique_name, handler, StrCodec(), fast_options(), partitions=4)
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run, w)
+            await wait_until(lambda: len(done) == 20, timeout=15)
+            await worker.stop()
+        # a producer scoped to another queue's names is refused before writing
+        other = partition_names(f"{unique_name}-other", 4)
+        async with acl_user(
+            client, server_url, f"{unique_name}-o", acl_rules("producer", other)
+        ) as o:
+            with pytest.raises(PermissionDenied):
+                await PartitionedJobQueue(o, unique_name, StrCodec(), partitions=4).enqueue(
+                    "z", "x"
+                )
+    assert await acl_denials(client, f"{unique_name}-p") == []
+    assert await acl_denials(client, f"{unique_name}-w") == []
