@@ -10,7 +10,8 @@ partitions' own hash tags except the start-up check of the recorded partition co
   the first partition with work, starting where the last read left off; a partition stays
   first for at most :data:`STICKY_READS` consecutive full reads, so busy partitions share the
   worker while the jobs in flight come from few partitions at a time. A partition found
-  empty is skipped until a wait reports a new entry in it.
+  empty is skipped until a wait, or a check every :data:`REFRESH_MS` while others keep the
+  reader busy, reports a new entry in it.
 - **Waits** (nothing ready anywhere): on one server, one ``XREAD BLOCK`` over every
   partition's ready stream; on a cluster, where one command cannot name keys of several
   slots, a non-blocking probe of every partition (pipelined per node) repeated at growing
@@ -54,6 +55,10 @@ STICKY_READS = 8
 """Most consecutive full reads from one partition before the next read starts at the next
 partition (round-robin with a small quantum: in-flight jobs then share few partitions, so the
 completer commits them in few calls)."""
+REFRESH_MS = 50
+"""While some partitions keep the reader busy (so it never waits), the partitions found empty
+are checked for new entries this often, in ms (one non-blocking XREAD over them on one server;
+at least one ms per ten partitions), so a busy partition cannot starve a newly filled one."""
 RESCAN_EVERY = 10
 """Every this many wait timeouts, every partition is read again (not only paused ones)."""
 
@@ -118,6 +123,7 @@ class PartitionedSource:
         self._held: set[int] = set()  # paused or denied at their last read
         self._last_ids = ["0-0"] * n  # newest entry each empty partition had
         self._timeouts = 0
+        self._refresh_at = 0.0  # when read() next looks at partitions found empty
         self._probe_delay = PROBE_MIN_MS / 1000
         self._sweeps: dict[str, _Sweep] = {}
         self._index = {key: i for i, key in enumerate(self.stream_keys)}
@@ -139,6 +145,16 @@ class PartitionedSource:
     async def read(self, consumer: str, count: int, min_idle_ms: int = 0) -> ReadResult:
         n = len(self.parts)
         expired = 0
+        now = anyio.current_time()
+        if now >= self._refresh_at and not all(self._candidate):
+            # while busy partitions keep the reader from waiting, look at the others too
+            self._refresh_at = now + max(REFRESH_MS, n / 10) / 1000
+            for i in self._held:
+                self._candidate[i] = True
+            self._held.clear()
+            idle = [i for i in range(n) if not self._candidate[i]]
+            for i in await self._fresh(idle):
+                self._candidate[i] = True
         for k in range(n):
             i = (self._next + k) % n
             if not self._candidate[i]:
@@ -183,8 +199,7 @@ class PartitionedSource:
             reply = await blocking.execute(
                 "XREAD", "COUNT", 1, "BLOCK", wait_ms, "STREAMS", *self.stream_keys, *self._last_ids
             )
-            streams = reply.keys() if isinstance(reply, dict) else [r[0] for r in reply or []]
-            woken = {self._index[text(stream)] for stream in streams}
+            woken = self._streams_in(reply)
         if woken:
             for i in woken:
                 self._candidate[i] = True
@@ -196,23 +211,43 @@ class PartitionedSource:
             self._candidate[i] = True
         self._held.clear()
 
+    async def _fresh(self, indices: Sequence[int]) -> set[int]:
+        """The partitions among ``indices`` with an entry newer than the newest one their last
+        empty read saw: one non-blocking XREAD on one server, one per partition (pipelined
+        per node) on a cluster."""
+        if not indices:
+            return set()
+        if not self.client.is_cluster:
+            keys = [self.stream_keys[i] for i in indices]
+            ids = [self._last_ids[i] for i in indices]
+            reply = await self.client.execute("XREAD", "COUNT", 1, "STREAMS", *keys, *ids)
+            return self._streams_in(reply)
+        replies = await self.client.pipeline(
+            [
+                ("XREAD", "COUNT", 1, "STREAMS", self.stream_keys[i], self._last_ids[i])
+                for i in indices
+            ]
+        )
+        woken = set()
+        for i, reply in zip(indices, replies, strict=True):
+            if isinstance(reply, RespireError):
+                raise reply
+            if reply:
+                woken.add(i)
+        return woken
+
+    def _streams_in(self, reply: Any) -> set[int]:
+        """The partitions an XREAD reply (RESP2 list or RESP3 map) has entries of."""
+        streams = reply.keys() if isinstance(reply, dict) else [r[0] for r in reply or []]
+        return {self._index[text(stream)] for stream in streams}
+
     async def _probe(self, wait_ms: int) -> set[int]:
         """Cluster wait: pipelined non-blocking reads after each partition's newest entry."""
         deadline = anyio.current_time() + wait_ms / 1000
         longest = max(PROBE_MAX_MS, len(self.parts)) / 1000
+        every = range(len(self.parts))
         while True:
-            replies = await self.client.pipeline(
-                [
-                    ("XREAD", "COUNT", 1, "STREAMS", key, last)
-                    for key, last in zip(self.stream_keys, self._last_ids, strict=True)
-                ]
-            )
-            woken = set()
-            for i, reply in enumerate(replies):
-                if isinstance(reply, RespireError):
-                    raise reply
-                if reply:
-                    woken.add(i)
+            woken = await self._fresh(every)
             if woken:  # busy again: the next idle period starts probing quickly
                 self._probe_delay = PROBE_MIN_MS / 1000
                 return woken

@@ -465,3 +465,37 @@ async def test_producer_and_worker_users_need_only_the_partitions_keys(
                 )
     assert await acl_denials(client, f"{unique_name}-p") == []
     assert await acl_denials(client, f"{unique_name}-w") == []
+
+
+async def test_a_busy_partition_does_not_starve_a_newly_filled_one(
+    client: RedisClient, unique_name: str
+) -> None:
+    """The reader never waits while partition 3 has a backlog, yet a job enqueued into
+    partition 1 (found empty before) runs long before that backlog is done."""
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    done: list[str] = []
+
+    async def handler(job: Job[str]) -> object:
+        done.append(job.id)
+        await anyio.sleep(0.002)
+        return ACK
+
+    worker = Worker()
+    worker.register(
+        unique_name,
+        handler,
+        StrCodec(),
+        fast_options(consumer_count=1, read_batch=1, poll_interval=timedelta(seconds=60)),
+        partitions=4,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        stats = worker.statistics(unique_name)
+        await wait_until(lambda: stats.read_calls >= 1)  # every partition was found empty
+        backlog = [(f"b{i}", "x", "job-1") for i in range(2000)]  # all in partition 3
+        await queue.enqueue_many(backlog)
+        await wait_until(lambda: len(done) >= 10)
+        await queue.enqueue("job-2", "x")  # partition 1
+        await wait_until(lambda: "job-2" in done, timeout=20)
+        assert len(done) < 1000  # the backlog was far from done
+        await worker.stop()
