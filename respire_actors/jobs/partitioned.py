@@ -19,13 +19,15 @@ from typing import Any, Generic, TypeVar
 import anyio
 
 from .. import tracing
+from ..actors.options import RateLimit
 from ..codecs import Codec, check_codec
 from ..errors import ValidationError
 from ..keys import partition_name, validate_name
 from ..redis.client import RedisClient
+from .groups import DEFAULT_LEASE, GroupInfo
 from .metrics import MinuteMetrics
 from .model import EnqueueResult, JobStatus, QueueState
-from .options import JobEnqueueOptions, validate_job_id
+from .options import JobEnqueueOptions, validate_group, validate_job_id
 from .partitioning import check_partition_count, partition_of, validate_partitions
 from .queue import _ENQUEUE, _SPAN, JobQueue, _Prepared
 
@@ -174,11 +176,49 @@ class PartitionedJobQueue(Generic[T]):
         *,
         ordering_key: str | None = None,
     ) -> EnqueueResult:
-        """:meth:`JobQueue.enqueue_scheduled` into the partition of ``ordering_key`` (default
-        the job id). Workers need :class:`QueueOptions` to promote staged jobs."""
+        """:meth:`JobQueue.enqueue_scheduled` into the partition of ``ordering_key``. Its
+        default is the job's application group (``options.group``), so each group lives in one
+        partition and its limits hold, else the job id. Workers need :class:`QueueOptions` to
+        promote staged jobs."""
+        if ordering_key is None and isinstance(options, JobEnqueueOptions):
+            ordering_key = options.group
         queue = self.queue_for(job_id, ordering_key)
         await self.check()
         return await queue.enqueue_scheduled(job_id, payload, options)
+
+    # -- application groups (docs/groups.md), each in the partition of its name -------------
+    def group_queue(self, group: str) -> JobQueue[T]:
+        """The partition application group ``group`` lives in (its name is its ordering key)."""
+        validate_group(group)
+        return self.queues[self.partition_of(group)]
+
+    async def set_group_options(
+        self,
+        group: str,
+        *,
+        max_concurrency: int | None = None,
+        rate_limit: RateLimit | None = None,
+        lease_duration: timedelta | float = DEFAULT_LEASE,
+    ) -> bool:
+        """:meth:`JobQueue.set_group_options` in the group's partition."""
+        return await self.group_queue(group).set_group_options(
+            group,
+            max_concurrency=max_concurrency,
+            rate_limit=rate_limit,
+            lease_duration=lease_duration,
+        )
+
+    async def pause_group(self, group: str) -> bool:
+        """:meth:`JobQueue.pause_group` in the group's partition."""
+        return await self.group_queue(group).pause_group(group)
+
+    async def resume_group(self, group: str) -> bool:
+        """:meth:`JobQueue.resume_group` in the group's partition."""
+        return await self.group_queue(group).resume_group(group)
+
+    async def get_group(self, group: str) -> GroupInfo:
+        """:meth:`JobQueue.get_group` in the group's partition."""
+        return await self.group_queue(group).get_group(group)
 
     # -- controls and inspection ------------------------------------------------------------
     async def _each(self, method: str, *args: Any) -> list[Any]:

@@ -499,3 +499,59 @@ async def test_a_busy_partition_does_not_starve_a_newly_filled_one(
         await wait_until(lambda: "job-2" in done, timeout=20)
         assert len(done) < 1000  # the backlog was far from done
         await worker.stop()
+
+
+async def test_a_group_with_concurrency_one_keeps_its_order_across_workers(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Grouped jobs are routed by their group, so the group's limits hold: with
+    max_concurrency=1 two workers run each group's jobs one at a time, in enqueue order."""
+    from respire_actors import JobEnqueueOptions
+
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=8)
+    groups = [f"acct-{g}" for g in range(4)]
+    assert len({queue.partition_of(g) for g in groups}) > 1
+    for g in groups:
+        await queue.set_group_options(g, max_concurrency=1)
+    for i in range(10):
+        for g in groups:
+            await queue.enqueue_scheduled(f"{g}:{i}", str(i), JobEnqueueOptions(group=g))
+        # a group's staged jobs are ordered by due millisecond, then by staging id as text
+        # ("...-10" sorts before "...-9"): one job per group and millisecond keeps this exact
+        await anyio.sleep(0.002)
+    for g in groups:
+        assert (await queue.get_group(g)).staged == 10
+    running: Counter[str] = Counter()
+    overlaps: list[str] = []
+    order: dict[str, list[int]] = {g: [] for g in groups}
+
+    async def handler(job: Job[str]) -> object:
+        assert job.group is not None
+        running[job.group] += 1
+        if running[job.group] > 1:
+            overlaps.append(job.id)
+        order[job.group].append(int(job.payload))
+        await anyio.sleep(0.005)
+        running[job.group] -= 1
+        return ACK
+
+    workers = []
+    for name in ("w1", "w2"):
+        worker = Worker()
+        worker.register(
+            unique_name,
+            handler,
+            StrCodec(),
+            fast_options(consumer_count=4, consumer_name=name),
+            queue_options=QueueOptions(scheduling_poll_interval=timedelta(milliseconds=20)),
+            partitions=8,
+        )
+        workers.append(worker)
+    async with anyio.create_task_group() as tg:
+        for worker in workers:
+            await tg.start(worker.run, client)
+        await wait_until(lambda: sum(len(v) for v in order.values()) == 40, timeout=30)
+        for worker in workers:
+            await worker.stop()
+    assert overlaps == []
+    assert all(order[g] == list(range(10)) for g in groups)
