@@ -122,11 +122,16 @@ class PartitionedSource:
         self._candidate = [True] * n  # may have unread entries
         self._held: set[int] = set()  # paused or denied at their last read
         self._last_ids = ["0-0"] * n  # newest entry each empty partition had
+        # with scheduling (QueueOptions): each empty partition's newest staged entry, and the
+        # earliest moment a delayed or parked group of any partition is due (monotonic s)
+        self._staged_ids: list[str | None] = [None] * n
+        self._wake_at: float | None = None
         self._timeouts = 0
         self._refresh_at = 0.0  # when read() next looks at partitions found empty
         self._probe_delay = PROBE_MIN_MS / 1000
         self._sweeps: dict[str, _Sweep] = {}
         self._index = {key: i for i, key in enumerate(self.stream_keys)}
+        self._index.update({p.keys.scheduled: i for i, p in enumerate(self.parts)})
 
     # -- start-up -----------------------------------------------------------------------------
     async def ensure_group(self, on_missing: str) -> None:
@@ -184,8 +189,10 @@ class PartitionedSource:
             self._candidate[i] = False
             if result.status == "empty":
                 self._last_ids[i] = result.last_id
-                if result.staged_last_id is not None:
-                    self._held.add(i)  # grouped jobs may become selectable without an add
+                self._staged_ids[i] = result.staged_last_id
+                if result.wake_ms > 0:  # a delayed or parked group is due then
+                    at = anyio.current_time() + result.wake_ms / 1000
+                    self._wake_at = at if self._wake_at is None else min(self._wake_at, at)
             else:
                 self._held.add(i)
         return ReadResult("empty", expired=expired)
@@ -193,11 +200,21 @@ class PartitionedSource:
     async def wait(self, blocking: BlockingConnection, wait_ms: int) -> None:
         """Wait for a new entry in any partition (see the module docstring); the partitions
         that got one become read candidates, and all held ones after a timeout."""
-        if self.client.is_cluster:
-            woken = await self._probe(wait_ms)
+        # held partitions (paused, denied) are not watched: their waiting entries would wake
+        # the wait at once; they are read again after it
+        watched = [i for i in range(len(self.parts)) if i not in self._held]
+        if self._wake_at is not None:  # a grouped read asked to be woken when a group is due
+            wait_ms = max(1, min(wait_ms, int((self._wake_at - anyio.current_time()) * 1000)))
+            self._wake_at = None
+        if not watched:
+            await anyio.sleep(wait_ms / 1000)
+            woken: set[int] = set()
+        elif self.client.is_cluster:
+            woken = await self._probe(watched, wait_ms)
         else:
+            keys, ids = self._watch(watched)
             reply = await blocking.execute(
-                "XREAD", "COUNT", 1, "BLOCK", wait_ms, "STREAMS", *self.stream_keys, *self._last_ids
+                "XREAD", "COUNT", 1, "BLOCK", wait_ms, "STREAMS", *keys, *ids
             )
             woken = self._streams_in(reply)
         if woken:
@@ -217,37 +234,46 @@ class PartitionedSource:
         per node) on a cluster."""
         if not indices:
             return set()
+        keys, ids = self._watch(indices)
         if not self.client.is_cluster:
-            keys = [self.stream_keys[i] for i in indices]
-            ids = [self._last_ids[i] for i in indices]
             reply = await self.client.execute("XREAD", "COUNT", 1, "STREAMS", *keys, *ids)
             return self._streams_in(reply)
         replies = await self.client.pipeline(
-            [
-                ("XREAD", "COUNT", 1, "STREAMS", self.stream_keys[i], self._last_ids[i])
-                for i in indices
-            ]
+            [("XREAD", "COUNT", 1, "STREAMS", k, i) for k, i in zip(keys, ids, strict=True)]
         )
         woken = set()
-        for i, reply in zip(indices, replies, strict=True):
+        for key, reply in zip(keys, replies, strict=True):
             if isinstance(reply, RespireError):
                 raise reply
             if reply:
-                woken.add(i)
+                woken.add(self._index[key])
         return woken
+
+    def _watch(self, indices: Sequence[int]) -> tuple[list[str], list[str]]:
+        """The streams (and ids after which an entry is new) that say partitions ``indices``
+        have work: the ready stream, and the staging stream of a scheduling registration
+        (a newly staged grouped job)."""
+        keys, ids = [], []
+        for i in indices:
+            keys.append(self.stream_keys[i])
+            ids.append(self._last_ids[i])
+            staged = self._staged_ids[i]
+            if staged is not None:
+                keys.append(self.parts[i].keys.scheduled)
+                ids.append(staged)
+        return keys, ids
 
     def _streams_in(self, reply: Any) -> set[int]:
         """The partitions an XREAD reply (RESP2 list or RESP3 map) has entries of."""
         streams = reply.keys() if isinstance(reply, dict) else [r[0] for r in reply or []]
         return {self._index[text(stream)] for stream in streams}
 
-    async def _probe(self, wait_ms: int) -> set[int]:
+    async def _probe(self, watched: Sequence[int], wait_ms: int) -> set[int]:
         """Cluster wait: pipelined non-blocking reads after each partition's newest entry."""
         deadline = anyio.current_time() + wait_ms / 1000
         longest = max(PROBE_MAX_MS, len(self.parts)) / 1000
-        every = range(len(self.parts))
         while True:
-            woken = await self._fresh(every)
+            woken = await self._fresh(watched)
             if woken:  # busy again: the next idle period starts probing quickly
                 self._probe_delay = PROBE_MIN_MS / 1000
                 return woken

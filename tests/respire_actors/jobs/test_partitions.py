@@ -237,6 +237,12 @@ async def test_a_paused_partition_holds_its_jobs_while_the_others_run(
         await tg.start(worker.run, client)
         await wait_until(lambda: len(done) == len(jobs) - len(held), timeout=15)
         assert not done & set(held)
+        # the paused partition's waiting jobs do not wake the reader: it waits a poll
+        # interval (200 ms) between reads instead of spinning
+        stats = worker.statistics(unique_name)
+        before = stats.read_calls
+        await anyio.sleep(1.0)
+        assert stats.read_calls - before <= 20
         await queue.partition(1).resume()
         await wait_until(lambda: len(done) == len(jobs), timeout=15)
         await worker.stop()
@@ -555,3 +561,38 @@ async def test_a_group_with_concurrency_one_keeps_its_order_across_workers(
             await worker.stop()
     assert overlaps == []
     assert all(order[g] == list(range(10)) for g in groups)
+
+
+async def test_a_scheduling_registration_wakes_for_new_and_newly_staged_jobs(
+    client: RedisClient, unique_name: str
+) -> None:
+    """With QueueOptions (grouped reads) and poll intervals longer than the test, an idle
+    worker is woken by a new ready job and by a newly staged grouped job in any partition."""
+    from respire_actors import JobEnqueueOptions
+
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    done: list[str] = []
+
+    async def handler(job: Job[str]) -> object:
+        done.append(job.id)
+        return ACK
+
+    worker = Worker()
+    worker.register(
+        unique_name,
+        handler,
+        StrCodec(),
+        fast_options(poll_interval=timedelta(seconds=60)),
+        queue_options=QueueOptions(scheduling_poll_interval=timedelta(seconds=60)),
+        partitions=4,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        stats = worker.statistics(unique_name)
+        await wait_until(lambda: stats.read_calls >= 1)
+        await anyio.sleep(0.1)  # the reader is waiting
+        await queue.enqueue("job-1", "x")
+        await wait_until(lambda: done == ["job-1"], timeout=10)
+        await queue.enqueue_scheduled("g-1", "x", JobEnqueueOptions(group="tenant-1"))
+        await wait_until(lambda: done == ["job-1", "g-1"], timeout=10)
+        await worker.stop()
