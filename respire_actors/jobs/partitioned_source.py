@@ -13,12 +13,13 @@ partitions' own hash tags except the start-up check of the recorded partition co
   empty is skipped until a wait, or a check every :data:`REFRESH_MS` while others keep the
   reader busy, reports a new entry in it.
 - **Waits** (nothing ready anywhere): on one server, one ``XREAD BLOCK`` over every
-  partition's ready stream; on a cluster, where one command cannot name keys of several
-  slots, a non-blocking probe of every partition (pipelined per node) repeated at growing
+  partition's ready stream (and, with scheduling, its staging stream, bounded by the time the
+  next parked group is due); on a cluster, where one command cannot name keys of several
+  slots, a non-blocking probe of the same streams (pipelined per node) repeated at growing
   intervals (:data:`PROBE_MIN_MS` up to :data:`PROBE_MAX_MS`, or one ms per partition when
-  there are more) until the wait ends. A wait that
-  times out makes every paused or denied partition, and every :data:`RESCAN_EVERY` timeouts
-  every partition, a read candidate again.
+  there are more) until the wait ends. Paused or rate-denied partitions are not watched (their
+  waiting entries would end every wait at once). A wait that times out makes them, and every
+  :data:`RESCAN_EVERY` timeouts every partition, read candidates again.
 - **Recovery** (startup replay and visibility recovery) visits the partitions in turn, one
   page (at most ``recovery_page_size`` entries) from one partition per visit, then moves on:
   a partition with a large stale pending list cannot starve the others, and each pass resumes
