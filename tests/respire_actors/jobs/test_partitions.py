@@ -596,3 +596,43 @@ async def test_a_scheduling_registration_wakes_for_new_and_newly_staged_jobs(
         await queue.enqueue_scheduled("g-1", "x", JobEnqueueOptions(group="tenant-1"))
         await wait_until(lambda: done == ["job-1", "g-1"], timeout=10)
         await worker.stop()
+
+
+async def test_a_restarted_consumer_replays_its_pending_jobs_in_every_partition(
+    client: RedisClient, unique_name: str
+) -> None:
+    """A worker that stopped without finishing (cancelled here) leaves its jobs pending in
+    several partitions; restarted under the same consumer name, its startup replay claims them
+    all at once, long before the visibility timeout."""
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=8)
+    jobs = [f"r{i}" for i in range(12)]
+    assert len({queue.partition_of(j) for j in jobs}) >= 4
+    await queue.enqueue_many([(j, "x") for j in jobs])
+    started: set[str] = set()
+    finished: set[str] = set()
+    generation = 1
+
+    async def handler(job: Job[str]) -> object:
+        if generation == 1:
+            started.add(job.id)
+            await anyio.sleep_forever()
+        finished.add(job.id)
+        return ACK
+
+    options = fast_options(
+        consumer_count=12, consumer_name="c1", visibility_timeout=timedelta(seconds=60)
+    )
+    first = Worker()
+    first.register(unique_name, handler, StrCodec(), options, partitions=8)
+    async with anyio.create_task_group() as tg:
+        await tg.start(first.run, client)
+        await wait_until(lambda: len(started) == len(jobs), timeout=15)
+        tg.cancel_scope.cancel()  # no graceful stop: every job stays pending for c1
+    generation = 2
+    second = Worker()
+    second.register(unique_name, handler, StrCodec(), options, partitions=8)
+    async with anyio.create_task_group() as tg:
+        await tg.start(second.run, client)
+        await wait_until(lambda: finished == set(jobs), timeout=15)
+        await second.stop()
+    assert second.statistics(unique_name).replayed == len(jobs)
