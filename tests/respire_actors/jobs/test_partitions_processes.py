@@ -53,8 +53,18 @@ async def records(client: RedisClient, record: str) -> list[str]:
 async def test_a_killed_workers_jobs_come_back_in_their_partitions(
     client: RedisClient, server_url: str, unique_name: str
 ) -> None:
+    await killed_worker_scenario(client, server_url, unique_name)
+
+
+async def test_a_killed_workers_jobs_come_back_on_the_cluster(
+    cluster_client: RedisClient, cluster_url: str, unique_name: str
+) -> None:
+    await killed_worker_scenario(cluster_client, cluster_url, unique_name)
+
+
+async def killed_worker_scenario(client: RedisClient, server_url: str, unique_name: str) -> None:
     queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=PARTITIONS)
-    record = queue.partition(0).keys.custom("handled")
+    record = queue.partition(0).keys.custom("handled")  # one slot: RPUSH works on a cluster
     victims = [f"victim{i}" for i in range(4)]
     assert len({queue.partition_of(v) for v in victims}) > 1  # held in several partitions
     await queue.enqueue_many([(v, "x") for v in victims])
