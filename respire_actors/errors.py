@@ -11,7 +11,8 @@
     │       └── DecodeError                 stored bytes are not a valid payload
     ├── ConfigurationError                  a setting that cannot work (bad URL, mismatched policy)
     │   ├── CredentialsRefused (also RedisUnavailable)  the server refused user / password
-    │   └── ConsumerGroupMissing            a queue's consumer group vanished (never recreated at 0)
+    │   ├── ConsumerGroupMissing            a queue's consumer group vanished (never recreated at 0)
+    │   └── PartitionCountMismatch          a partitioned queue's count differs from the stored one
     ├── RedisUnavailable                    cannot reach the server, or the connection dropped
     │   ├── CommandTimeout (also TimeoutError)  no reply within the command timeout
     │   └── ClusterReconfiguring            a slot is migrating / the cluster is down for it;
@@ -81,6 +82,19 @@ class ConsumerGroupMissing(ConfigurationError):
         super().__init__(message)
         self.stream = stream
         self.group = group
+
+
+class PartitionCountMismatch(ConfigurationError):
+    """A producer or worker uses a partitioned job queue with another partition count than the
+    one recorded in Redis (``{respire-job:<name>}:partitions``): routing would send jobs to
+    partitions the other side does not read, so nothing is sent. Changing the count is a
+    migration (docs/partitions.md)."""
+
+    def __init__(self, message: str, *, queue: str, configured: int, stored: int) -> None:
+        super().__init__(message)
+        self.queue = queue
+        self.configured = configured
+        self.stored = stored
 
 
 class RedisUnavailable(RespireError):

@@ -27,6 +27,13 @@ Job queue ``email`` (prefix ``P``)::
     P{respire-job:email}:ready:group-leases   concurrency leases (encoded group + entry id)
     P{respire-job:email}:ready:group-parked   parked groups scored by their wake deadline
 
+Partitioned job queue ``orders`` with N partitions: partition ``i`` is the ordinary job queue
+``orders:p<i>`` (its own hash tag, so partitions spread over cluster slots), and the partition
+count is recorded once, under the tag of the queue's own name (read at start only)::
+
+    P{respire-job:orders:p0}:ready ...    every key above, per partition
+    P{respire-job:orders}:partitions      the partition count (a string), checked at start
+
 The registry of job queue names (a set; workers add their queues at start, ``list_queues`` reads
 it, never KEYS)::
 
@@ -153,6 +160,22 @@ def hash_tag(key: str) -> str:
 def same_slot(*keys: str) -> bool:
     """True when all keys share one hash tag (so one cluster slot)."""
     return len({hash_tag(k) for k in keys}) <= 1
+
+
+MAX_PARTITIONS = 1024
+"""Most partitions one partitioned job queue may have."""
+
+
+def partition_name(name: str, index: int) -> str:
+    """The job queue name of partition ``index`` of partitioned queue ``name``: ``name:p<i>``."""
+    return f"{name}:p{index}"
+
+
+def partitions_key(name: str, prefix: str = "") -> str:
+    """Where a partitioned job queue records its partition count (a string)."""
+    validate_name(name)
+    validate_key_prefix(prefix)
+    return f"{prefix}{{respire-job:{name}}}:partitions"
 
 
 def queue_registry(prefix: str = "") -> str:

@@ -159,12 +159,15 @@ NACK = Nack()
 @dataclass(slots=True)
 class Delivery:
     """A claimed stream entry, before decoding. ``attempt`` is its delivery count;
-    ``received_at`` the local monotonic time the claiming read returned (lease start)."""
+    ``received_at`` the local monotonic time the claiming read returned (lease start);
+    ``origin`` the index of the stream it came from when one source reads several (the
+    partition of a partitioned job queue; see ``source.ManySources``), else 0."""
 
     entry_id: str
     fields: Mapping[bytes, bytes]
     attempt: int
     received_at: float = 0.0
+    origin: int = 0
 
     @property
     def job_id(self) -> str:

@@ -25,6 +25,7 @@ from ..errors import RedisUnavailable, ServerError, ServerLoading
 from .intake import dispatch_page, group_lost, jittered
 from .options import duration_ms
 from .runtime import QueueRuntime, log
+from .source import ManySources
 
 
 async def run_reader(
@@ -136,9 +137,12 @@ async def run_reader(
                 )
             with ctx.stop_scope():
                 try:
-                    await blocking.execute(
-                        "XREAD", "COUNT", 1, "BLOCK", wait_ms, "STREAMS", *streams
-                    )
+                    if isinstance(rt.source, ManySources):
+                        await rt.source.wait(blocking, wait_ms)
+                    else:
+                        await blocking.execute(
+                            "XREAD", "COUNT", 1, "BLOCK", wait_ms, "STREAMS", *streams
+                        )
                 except (RedisUnavailable, ServerLoading):
                     await anyio.sleep(backoff)
     if rt.stopping.is_set() and not ctx.stop_requested:

@@ -32,7 +32,7 @@ from supervisors import current_child
 
 from ..errors import RespireError
 from .runtime import Lease, QueueRuntime, log, lose_lease
-from .source import GONE, MAX_RENEW_BATCH, RENEWED, renew_item
+from .source import GONE, MAX_RENEW_BATCH, RENEWED, renew_deliveries
 
 MIN_RENEW_INTERVAL = 0.003
 """Shortest pause between renewal passes, in seconds (for the 10 ms minimum visibility)."""
@@ -83,8 +83,8 @@ async def renew_pass(rt: QueueRuntime, visibility: float, *, late: bool = False)
         rt.stats.renewal_calls += 1
         with anyio.move_on_after(max(bound, 0.0)):
             try:
-                statuses = await rt.source.renew(
-                    rt.consumer, [renew_item(lease.delivery) for lease in chunk]
+                statuses = await renew_deliveries(
+                    rt.source, rt.consumer, [lease.delivery for lease in chunk]
                 )
             except RespireError as exc:
                 log.warning("%s: lease renewal failed: %s", rt.name, exc)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import anyio
 import anyio.abc
@@ -47,19 +48,23 @@ class KeeperStatistics:
 
 async def run_retention_keeper(
     client: RedisClient,
-    queue: str,
+    queue: str | Sequence[str],
     streams: Sequence[tuple[str, str]],
     retention: Retention | None,
     stats: KeeperStatistics,
     *,
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
-    """``streams``: (stream name, key) pairs to apply ``retention`` to."""
+    """``queue``: the job queue (or the partitions of a partitioned one) to register;
+    ``streams``: (stream name, key) pairs to apply ``retention`` to."""
     ctx = current_child()
-    try:
-        await retry_while_loading(lambda: register_queue(client, queue))
-    except ServerError as exc:  # e.g. an ACL user without the registry key: not fatal
-        log.warning("could not register job queue %s (list_queues will miss it): %s", queue, exc)
+    names = [queue] if isinstance(queue, str) else list(queue)
+    for name in names:
+        try:
+            await retry_while_loading(partial(register_queue, client, name))
+        except ServerError as exc:  # e.g. an ACL user without the registry key: not fatal
+            log.warning("could not register job queue %s (list_queues will miss it): %s", name, exc)
+    queue = names[0] if len(names) == 1 else f"{names[0]}..{names[-1]}"
     task_status.started()
     if retention is None:
         with ctx.stop_scope():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,6 +162,14 @@ class QueueRuntime:
     # Runs before a delivery's handler (job workers: a batch member's cancellation check). A
     # Completion it returns is committed instead of running the handler; None runs it.
     gate: Callable[[QueueRuntime, Delivery], Awaitable[Completion | None]] | None = None
+    # A partitioned job queue's partitions' keys, indexed by ``Delivery.origin`` (keys_for).
+    partition_keys: Sequence[JobQueueKeys] = ()
+
+    def keys_for(self, delivery: Delivery) -> JobQueueKeys:
+        """The job queue keys of ``delivery``: its partition's for a partitioned queue."""
+        if self.partition_keys:
+            return self.partition_keys[delivery.origin]
+        return self.job_keys
 
     @property
     def job_keys(self) -> JobQueueKeys:

@@ -25,6 +25,7 @@ from . import metrics
 from ._util import field_map, text
 from .runtime import QueueRuntime
 from .runtime import log as worker_log
+from .source import stream_keys
 
 SAMPLE_POLL = 0.25
 """How often (seconds) the sampler looks for a collection's request."""
@@ -83,11 +84,22 @@ _NOT_A_QUEUE = object()
 
 
 async def take_sample(rt: QueueRuntime) -> metrics.Sample:
-    """Read one sample of ``rt``'s stream and group (three round trips)."""
-    stream = rt.source.stream_key
+    """Read one sample of ``rt``'s stream and group (three round trips); for a source over
+    several streams (a partitioned queue), one sample per stream, combined."""
+    if rt.partition_keys:
+        samples = [
+            await _sample_stream(rt, stream, keys.control)
+            for stream, keys in zip(stream_keys(rt.source), rt.partition_keys, strict=True)
+        ]
+        return combine_samples(samples)
+    control = rt.keys.control if rt.keys is not None else None
+    return await _sample_stream(rt, rt.source.stream_key, control)
+
+
+async def _sample_stream(rt: QueueRuntime, stream: str, control: str | None) -> metrics.Sample:
     commands: list[Sequence[Any]] = [("XPENDING", stream, rt.group), ("XINFO", "GROUPS", stream)]
-    if rt.keys is not None:
-        commands.append(("HGET", rt.keys.control, "paused"))
+    if control is not None:
+        commands.append(("HGET", control, "paused"))
     replies = await rt.client.pipeline(commands)
     for reply in replies:
         if isinstance(reply, BaseException):
@@ -99,8 +111,29 @@ async def take_sample(rt: QueueRuntime) -> metrics.Sample:
     if info is not None and info.get(b"last-delivered-id"):
         last = info[b"last-delivered-id"].decode()
         first = await rt.client.execute("XRANGE", stream, f"({last}", "+", "COUNT", 1)
-    paused = replies[2] if rt.keys is not None else _NOT_A_QUEUE
+    paused = replies[2] if control is not None else _NOT_A_QUEUE
     return parse_sample(now_ms, replies[0], replies[1], rt.group, paused, first)
+
+
+def combine_samples(samples: Sequence[metrics.Sample]) -> metrics.Sample:
+    """One sample of several streams (pure): pending and lag summed, the oldest ages kept,
+    paused only when every stream is paused; a value unknown in any stream is unknown."""
+
+    def total(values: list[int | None]) -> int | None:
+        return None if any(v is None for v in values) else sum(v for v in values if v is not None)
+
+    def oldest(values: list[float | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return max(known) if known else None
+
+    paused = [s.paused for s in samples]
+    return metrics.Sample(
+        pending=total([s.pending for s in samples]),
+        oldest_pending_age_s=oldest([s.oldest_pending_age_s for s in samples]),
+        oldest_backlog_age_s=oldest([s.oldest_backlog_age_s for s in samples]),
+        lag=total([s.lag for s in samples]),
+        paused=None if any(p is None for p in paused) else all(paused),
+    )
 
 
 async def run_sampler(
@@ -128,4 +161,4 @@ async def run_sampler(
         metrics.unregister(rt)
 
 
-__all__ = ["SAMPLE_POLL", "parse_sample", "run_sampler", "take_sample"]
+__all__ = ["SAMPLE_POLL", "combine_samples", "parse_sample", "run_sampler", "take_sample"]

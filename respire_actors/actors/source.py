@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..errors import ConsumerGroupMissing, ServerError
-from ..redis.client import Arg, RedisClient
+from ..redis.client import Arg, BlockingConnection, RedisClient
 from ..redis.scripts import load
 from ._util import field_map, text
 from .messages import Completion, Delivery
@@ -207,6 +207,43 @@ class PromotionResult:
     expired: int
     missing: int
     next_due_ms: int
+
+
+@runtime_checkable
+class ManySources(Protocol):
+    """A source over several streams (the partitions of a partitioned job queue). Each
+    delivery carries the index of its stream in ``Delivery.origin``, and the source routes its
+    completion and renewal there. ``stream_keys`` lists the streams in index order (consumer
+    cleanup visits each). When a read found nothing, the reader calls :meth:`wait` instead of
+    blocking on ``stream_key`` alone."""
+
+    stream_keys: Sequence[str]
+
+    async def wait(self, blocking: BlockingConnection, wait_ms: int) -> None:
+        """Wait up to ``wait_ms`` for a new entry in any stream, claiming nothing (safe to
+        cancel)."""
+        ...
+
+    async def renew_deliveries(self, consumer: str, deliveries: Sequence[Delivery]) -> list[int]:
+        """``Source.renew`` for running deliveries of any of the streams (statuses in order)."""
+        ...
+
+
+def stream_keys(source: Source) -> Sequence[str]:
+    """Every stream ``source`` reads: its ``stream_keys`` when it reads several."""
+    if isinstance(source, ManySources):
+        return source.stream_keys
+    return (source.stream_key,)
+
+
+async def renew_deliveries(
+    source: Source, consumer: str, deliveries: Sequence[Delivery]
+) -> list[int]:
+    """Renew running deliveries through ``source`` (routed per stream for a
+    :class:`ManySources`); statuses in order."""
+    if isinstance(source, ManySources):
+        return await source.renew_deliveries(consumer, deliveries)
+    return await source.renew(consumer, [renew_item(d) for d in deliveries])
 
 
 @runtime_checkable

@@ -17,7 +17,7 @@ from ..errors import RedisUnavailable, ServerError, ServerLoading
 from .intake import dispatch_page, group_lost, jittered
 from .options import duration_ms
 from .runtime import QueueRuntime, log
-from .source import remove_idle_consumers
+from .source import remove_idle_consumers, stream_keys
 from .telemetry import log_recovery_pass
 
 
@@ -128,10 +128,12 @@ async def _remove_idle_consumers(rt: QueueRuntime, idle_ms: int) -> None:
     """Remove other consumers idle past ``consumer_idle_timeout`` with nothing pending (dead
     processes, or ones that stopped without cleaning up)."""
     try:
+        removed = 0
         with anyio.CancelScope(shield=True):
-            removed = await remove_idle_consumers(
-                rt.client, rt.source.stream_key, rt.group, rt.consumer, idle_ms
-            )
+            for stream in stream_keys(rt.source):
+                removed += await remove_idle_consumers(
+                    rt.client, stream, rt.group, rt.consumer, idle_ms
+                )
     except (RedisUnavailable, ServerError) as exc:
         log.warning("removing idle consumers of %s: %s", rt.name, exc)
         return

@@ -28,7 +28,7 @@ from .restarts import RegistrationSupervisor, RestartLimits
 from .runner import run_runner_pool
 from .runtime import QueueRuntime, WorkerStatistics, log
 from .sampler import run_sampler
-from .source import PreparingSource, remove_consumer
+from .source import PreparingSource, remove_consumer, stream_keys
 from .sweeper import run_sweeper
 
 
@@ -56,8 +56,9 @@ async def run_membership(
         await anyio.sleep_forever()
     try:
         with anyio.CancelScope(shield=True):
-            if await remove_consumer(rt.client, rt.source.stream_key, rt.group, rt.consumer):
-                rt.stats.consumers_removed += 1
+            for stream in stream_keys(rt.source):
+                if await remove_consumer(rt.client, stream, rt.group, rt.consumer):
+                    rt.stats.consumers_removed += 1
     except RespireError as exc:
         log.warning("%s: could not remove consumer %s at shutdown: %s", rt.name, rt.consumer, exc)
 

@@ -39,6 +39,8 @@ from .options import (
     Retention,
     WorkerOptions,
 )
+from .partitioned import PartitionedJobQueue, PartitionedQueueState
+from .partitioning import partition_names, partition_of
 from .queue import JobQueue
 from .recurring import (
     CATCH_UP,
@@ -83,6 +85,10 @@ __all__ = [
     "JobEnqueueOptions",
     "JobEvent",
     "JobQueue",
+    "PartitionedJobQueue",
+    "PartitionedQueueState",
+    "partition_names",
+    "partition_of",
     "JobStatus",
     "LogPolicy",
     "Nack",

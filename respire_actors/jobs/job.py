@@ -33,7 +33,7 @@ async def batch_gate(rt: QueueRuntime, delivery: Delivery) -> Completion | None:
 
     batch_id = raw.decode("utf-8", "surrogateescape")
     # with the job id: a dead-letter replay of a finished member runs as an independent job
-    if await cancellation_requested(rt.client, rt.job_keys, batch_id, delivery.job_id):
+    if await cancellation_requested(rt.client, rt.keys_for(delivery), batch_id, delivery.job_id):
         return Completion(delivery, "cancelled")
     return None
 
@@ -89,6 +89,12 @@ class Job(Generic[T]):
     def queue(self) -> str:
         return self._rt.name
 
+    @property
+    def partition(self) -> int:
+        """The partition this job came from, for a partitioned queue (docs/partitions.md);
+        0 for an ordinary queue."""
+        return self.delivery.origin
+
     def _lose_lease(self) -> None:
         if not self.lease_lost:
             self.lease_lost = True
@@ -115,9 +121,10 @@ class Job(Generic[T]):
             raise ValidationError("percent must be an integer from 0 to 100")
         await self._raise_if_past_deadline()
         rt = self._rt
+        keys = rt.keys_for(self.delivery)
         ok = await _PROGRESS(
             rt.client,
-            (rt.job_keys.ready, rt.job_keys.events),
+            (keys.ready, keys.events),
             (rt.group, rt.consumer, self.entry_id, self.attempt, self.id, percent),
         )
         if not ok:
@@ -148,9 +155,10 @@ class Job(Generic[T]):
             )
         await self._raise_if_past_deadline()
         rt = self._rt
+        keys = rt.keys_for(self.delivery)
         ok = await _LOG(
             rt.client,
-            (rt.job_keys.ready, rt.job_keys.logs(self.id)),
+            (keys.ready, keys.logs(self.id)),
             (
                 rt.group,
                 rt.consumer,
@@ -229,7 +237,7 @@ class Job(Generic[T]):
         if flow_id is None or node is None:
             return []
         return await _flows.child_results(
-            self._rt.client, self._rt.job_keys, flow_id, node, self.id
+            self._rt.client, self._rt.keys_for(self.delivery), flow_id, node, self.id
         )
 
     def retry_after(self, delay: timedelta | float) -> RetryAfter:

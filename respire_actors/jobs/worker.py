@@ -48,11 +48,13 @@ from ..actors.ticker import TickerStatistics, run_ticker
 from ..actors.tree import ConsumerHost, consumer_supervisor
 from ..codecs import Codec, JsonValueCodec, check_codec
 from ..errors import ValidationError
-from ..keys import JobQueueKeys, validate_name
+from ..keys import JobQueueKeys, partition_name, validate_name
 from ..redis.client import RedisClient
 from ..retention import stream_key
 from ..tracing import ConsumerTelemetry
 from .job import batch_gate, bind_job
+from .partitioned_source import PartitionedSource
+from .partitioning import validate_partitions
 from .recurring import RecurringOptions, RecurringScheduler
 from .source import JobSource
 
@@ -70,6 +72,7 @@ class Registration:
     queue_options: QueueOptions | None = None
     result_codec: Codec[Any] | None = None
     recurring: RecurringOptions | None = None
+    partitions: int | None = None
 
 
 class Worker(ConsumerHost):
@@ -107,6 +110,7 @@ class Worker(ConsumerHost):
         queue_options: QueueOptions | None = None,
         result_codec: Codec[Any] | None = None,
         recurring: RecurringOptions | None = None,
+        partitions: int | None = None,
     ) -> Registration:
         """Register ``handler`` for ``queue``. Each queue once per worker; telemetry names
         must be unique. ``queue_options`` enables scheduling (a promoter actor), TTL checks and
@@ -114,6 +118,9 @@ class Worker(ConsumerHost):
         handler's return values kept with ``WorkerOptions(keep_results=...)`` (default
         :class:`~respire_actors.codecs.JsonValueCodec`). ``recurring`` runs a recurring ticker
         actor for the queue's schedules (see docs/recurring.md); None runs none.
+        ``partitions`` makes ``queue`` a partitioned job queue of that many partitions (1 to
+        1024, the count its producers use; see docs/partitions.md): one registration reads
+        every partition.
 
         Raises :class:`ValidationError` at once for what could never run: a handler that is
         not an ``async def`` function, a codec that is not a codec instance (pass
@@ -138,6 +145,18 @@ class Worker(ConsumerHost):
             raise ValidationError(
                 f"recurring must be a RecurringOptions or None, got {type(recurring).__name__}"
             )
+        if partitions is not None:
+            validate_partitions(partitions)
+            if recurring is not None:
+                raise ValidationError(
+                    "recurring schedules are not supported on a partitioned queue; register "
+                    "them on an ordinary queue (docs/partitions.md)"
+                )
+            if queue_options is not None and queue_options.rate_limit is not None:
+                raise ValidationError(
+                    "a queue-wide rate limit is not supported on a partitioned queue (each "
+                    "partition would enforce it on its own); see docs/partitions.md"
+                )
         if queue in self._registrations:
             raise ValidationError(f"queue {queue!r} is already registered on this worker")
         names = {r.options.telemetry_name or r.queue for r in self._registrations.values()}
@@ -147,7 +166,9 @@ class Worker(ConsumerHost):
             raise RuntimeError("register handlers before the worker runs")
         if result_codec is None and options.keep_results is not None:
             result_codec = JsonValueCodec()
-        reg = Registration(queue, handler, codec, options, queue_options, result_codec, recurring)
+        reg = Registration(
+            queue, handler, codec, options, queue_options, result_codec, recurring, partitions
+        )
         self._registrations[queue] = reg
         return reg
 
@@ -160,6 +181,7 @@ class Worker(ConsumerHost):
         queue_options: QueueOptions | None = None,
         result_codec: Codec[Any] | None = None,
         recurring: RecurringOptions | None = None,
+        partitions: int | None = None,
     ) -> Callable[[Handler], Handler]:
         """Decorator form of :meth:`register` (the codec and options are checked here, before
         the function is seen)."""
@@ -178,6 +200,7 @@ class Worker(ConsumerHost):
                 queue_options=queue_options,
                 result_codec=result_codec,
                 recurring=recurring,
+                partitions=partitions,
             )
             return fn
 
@@ -187,29 +210,38 @@ class Worker(ConsumerHost):
     def registrations(self) -> list[Registration]:
         return list(self._registrations.values())
 
+    def _job_source(self, client: RedisClient, reg: Registration, queue: str) -> JobSource:
+        o, qo = reg.options, reg.queue_options
+        keys = JobQueueKeys(queue, client.key_prefix)
+        dead = keys.custom(o.dead_letter_stream) if o.dead_letter_stream else keys.dead
+        return JobSource(
+            client,
+            keys,
+            dead,
+            CONSUMER_GROUP,
+            delete_acknowledged=bool(qo and qo.delete_acknowledged_entries),
+            rate_limit=qo.rate_limit if qo else None,
+            selection_batch=qo.scheduling_batch_size if qo else None,
+            metrics_retention=qo.metrics_retention_minutes if qo else 0,
+        )
+
     def _runtime(self, client: RedisClient, reg: Registration) -> QueueRuntime:
         o = reg.options
-        keys = JobQueueKeys(reg.queue, client.key_prefix)
-        dead = keys.custom(o.dead_letter_stream) if o.dead_letter_stream else keys.dead
+        keys: JobQueueKeys | None
+        partition_keys: tuple[JobQueueKeys, ...]
+        source: JobSource | PartitionedSource
+        if reg.partitions is None:
+            source = self._job_source(client, reg, reg.queue)
+            keys, partition_keys = source.keys, ()
+        else:
+            parts = [self._job_source(client, reg, q) for q in _partition_names(reg)]
+            source = PartitionedSource(client, reg.queue, parts, CONSUMER_GROUP)
+            keys, partition_keys = None, tuple(p.keys for p in parts)
         return QueueRuntime(
             client=client,
             keys=keys,
-            source=JobSource(
-                client,
-                keys,
-                dead,
-                CONSUMER_GROUP,
-                delete_acknowledged=bool(
-                    reg.queue_options and reg.queue_options.delete_acknowledged_entries
-                ),
-                rate_limit=reg.queue_options.rate_limit if reg.queue_options else None,
-                selection_batch=(
-                    reg.queue_options.scheduling_batch_size if reg.queue_options else None
-                ),
-                metrics_retention=(
-                    reg.queue_options.metrics_retention_minutes if reg.queue_options else 0
-                ),
-            ),
+            partition_keys=partition_keys,
+            source=source,
             bind=bind_job,
             codec=reg.codec,
             handler=reg.handler,
@@ -291,15 +323,20 @@ class Worker(ConsumerHost):
 
     def _keeper(self, client: RedisClient, reg: Registration) -> ChildSpec:
         retention = reg.options.retention
-        keys = JobQueueKeys(reg.queue, client.key_prefix)
         dead = reg.options.dead_letter_stream
-        streams = [(s, stream_key(keys, s, dead)) for s in retention.streams] if retention else []
+        names = _partition_names(reg)
+        streams = []
+        for name in names:
+            keys = JobQueueKeys(name, client.key_prefix)
+            label = "" if reg.partitions is None else f"{name}:"
+            if retention:
+                streams += [(label + s, stream_key(keys, s, dead)) for s in retention.streams]
         stats = self._keeper_stats[reg.queue] = KeeperStatistics()
         return ChildSpec(
             "keeper",
             run_retention_keeper,
             client,
-            reg.queue,
+            names,
             streams,
             retention,
             stats,
@@ -320,3 +357,10 @@ class Worker(ConsumerHost):
         """How many of ``queue``'s deliveries this process holds now: admitted and not yet
         handed to the completer (read-only; ``serve`` reports it in its throughput line)."""
         return self._runtimes[queue].admission.statistics().in_use
+
+
+def _partition_names(reg: Registration) -> list[str]:
+    """The job queues a registration reads: its queue, or each partition of it."""
+    if reg.partitions is None:
+        return [reg.queue]
+    return [partition_name(reg.queue, i) for i in range(reg.partitions)]

@@ -1,0 +1,302 @@
+"""A partitioned job queue: one queue name over a fixed number of ordinary job queues.
+
+Partition ``i`` of queue ``orders`` is the plain job queue ``orders:p<i>``, with its own hash
+tag, so the partitions spread over Redis Cluster slots and nodes instead of sharing one. A job
+goes to the partition of its ordering key (default: its job id; see
+:mod:`respire_actors.jobs.partitioning`), so deduplication, status and results are found in
+that partition. Workers read every partition of the queue (``Worker.register(...,
+partitions=N)``). See docs/partitions.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from datetime import UTC, timedelta
+from typing import Any, Generic, TypeVar
+
+import anyio
+
+from .. import tracing
+from ..actors.options import RateLimit
+from ..codecs import Codec, check_codec
+from ..errors import ValidationError
+from ..keys import partition_name, validate_name
+from ..redis.client import RedisClient
+from .groups import DEFAULT_LEASE, GroupInfo
+from .metrics import MinuteMetrics
+from .model import EnqueueResult, JobStatus, QueueState
+from .options import JobEnqueueOptions, validate_group, validate_job_id
+from .partitioning import check_partition_count, partition_of, validate_partitions
+from .queue import _ENQUEUE, _SPAN, JobQueue, _Prepared
+
+T = TypeVar("T")
+
+
+def _item(item: object, index: int) -> tuple[str, Any, str | None]:
+    """``(job_id, payload)`` or ``(job_id, payload, ordering_key)`` of ``enqueue_many``."""
+    if isinstance(item, tuple) and len(item) in (2, 3):
+        key = item[2] if len(item) == 3 else None
+        return item[0], item[1], key
+    raise ValidationError(
+        f"job {index} must be a (job_id, payload) or (job_id, payload, ordering_key) tuple"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionedQueueState:
+    """:meth:`PartitionedJobQueue.get_state`: ``partitions`` holds each partition's state in
+    partition order; ``paused`` is True when every partition is paused, ``paused_partitions``
+    counts the paused ones, ``rate_limit_hits`` sums the partitions'."""
+
+    partitions: Sequence[QueueState]
+    paused: bool
+    paused_partitions: int
+    rate_limit_hits: int
+
+
+class PartitionedJobQueue(Generic[T]):
+    """A typed job queue split over ``partitions`` ordinary job queues (1 to 1024).
+
+    ``PartitionedJobQueue(client, "orders", JsonCodec(Order), partitions=16)``. The count is
+    fixed for the queue's life: the first producer or worker records it in Redis and every
+    later one compares (:class:`~respire_actors.errors.PartitionCountMismatch`); this producer
+    checks once, before its first enqueue. Raises :class:`ValidationError` for a bad client,
+    name, codec or count.
+    """
+
+    def __init__(self, client: RedisClient, name: str, codec: Codec[T], *, partitions: int) -> None:
+        validate_name(name)
+        check_codec(codec)
+        self.partitions = validate_partitions(partitions)
+        self.client = client
+        self.name = name
+        self.codec = codec
+        self.queues: tuple[JobQueue[T], ...] = tuple(
+            JobQueue(client, partition_name(name, i), codec) for i in range(partitions)
+        )
+        self._checked = False
+        self._lock = anyio.Lock()
+
+    # -- routing ----------------------------------------------------------------------------
+    def partition_of(self, ordering_key: str) -> int:
+        """The partition (0-based) that ``ordering_key`` (a job id by default) routes to."""
+        return partition_of(ordering_key, self.partitions)
+
+    def partition(self, index: int) -> JobQueue[T]:
+        """Partition ``index`` as an ordinary :class:`JobQueue` (events, dead letters, logs,
+        pause, metrics of that partition)."""
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise ValidationError(f"partition must be an int, got {type(index).__name__}")
+        if not 0 <= index < self.partitions:
+            raise ValidationError(f"partition must be from 0 to {self.partitions - 1}")
+        return self.queues[index]
+
+    def queue_for(self, job_id: str, ordering_key: str | None = None) -> JobQueue[T]:
+        """The partition holding ``job_id`` (enqueued with ``ordering_key``, if one was given)."""
+        validate_job_id(job_id)
+        return self.queues[self.partition_of(job_id if ordering_key is None else ordering_key)]
+
+    async def check(self) -> None:
+        """Record the partition count in Redis, or compare it with the recorded one (done once
+        before the first enqueue; call it to fail early). Raises
+        :class:`~respire_actors.errors.PartitionCountMismatch`."""
+        if self._checked:
+            return
+        async with self._lock:
+            if not self._checked:
+                await check_partition_count(self.client, self.name, self.partitions)
+                self._checked = True
+
+    # -- enqueue ----------------------------------------------------------------------------
+    async def enqueue(
+        self,
+        job_id: str,
+        payload: T,
+        *,
+        ordering_key: str | None = None,
+        dedup_window: timedelta | float | None = None,
+    ) -> EnqueueResult:
+        """:meth:`JobQueue.enqueue` into the partition of ``ordering_key`` (default the job
+        id). Deduplication is per partition: repeat a job id with the same ordering key (or
+        none) and it is found. Raises :class:`ValidationError` before sending anything."""
+        queue = self.queue_for(job_id, ordering_key)
+        await self.check()
+        return await queue.enqueue(job_id, payload, dedup_window=dedup_window)
+
+    async def enqueue_many(
+        self,
+        jobs: Iterable[tuple[str, T] | tuple[str, T, str]],
+        *,
+        dedup_window: timedelta | float | None = None,
+    ) -> list[EnqueueResult]:
+        """Enqueue many ``(job_id, payload)`` or ``(job_id, payload, ordering_key)`` jobs,
+        grouped by partition, each partition's jobs pipelined (partitions concurrently);
+        results in input order. Everything is validated first; not atomic as a whole, safe to
+        retry (deduplication)."""
+        groups: dict[int, list[tuple[int, _Prepared]]] = {}
+        count = 0
+        with ExitStack() as stack:
+            # validate and encode everything before anything is sent
+            for i, item in enumerate(jobs):
+                job_id, payload, key = _item(item, i)
+                p = self.partition_of(job_id if key is None else key)
+                queue = self.queues[p]
+                span = stack.enter_context(tracing.producer_span(_SPAN, queue.name))
+                groups.setdefault(p, []).append(
+                    (i, queue._prepare(job_id, payload, dedup_window, span))
+                )
+                count = i + 1
+            await self.check()
+            results: list[EnqueueResult | None] = [None] * count
+            errors: list[BaseException] = []
+
+            async def run(p: int, members: list[tuple[int, _Prepared]]) -> None:
+                try:
+                    replies = await self.queues[p]._pipelined(_ENQUEUE, [m for _, m in members])
+                except Exception as exc:  # raised once every partition's pipeline ran
+                    errors.append(exc)
+                    return
+                for (i, _), reply in zip(members, replies, strict=True):
+                    results[i] = reply
+
+            async with anyio.create_task_group() as tg:
+                for p, members in groups.items():
+                    tg.start_soon(run, p, members)
+        if errors:
+            raise errors[0]
+        return [r for r in results if r is not None]
+
+    async def enqueue_scheduled(
+        self,
+        job_id: str,
+        payload: T,
+        options: JobEnqueueOptions | None = None,
+        *,
+        ordering_key: str | None = None,
+    ) -> EnqueueResult:
+        """:meth:`JobQueue.enqueue_scheduled` into the partition of ``ordering_key``. Its
+        default is the job's application group (``options.group``), so each group lives in one
+        partition and its limits hold, else the job id. Workers need :class:`QueueOptions` to
+        promote staged jobs."""
+        if ordering_key is None and isinstance(options, JobEnqueueOptions):
+            ordering_key = options.group
+        queue = self.queue_for(job_id, ordering_key)
+        await self.check()
+        return await queue.enqueue_scheduled(job_id, payload, options)
+
+    # -- application groups (docs/groups.md), each in the partition of its name -------------
+    def group_queue(self, group: str) -> JobQueue[T]:
+        """The partition application group ``group`` lives in (its name is its ordering key)."""
+        validate_group(group)
+        return self.queues[self.partition_of(group)]
+
+    async def set_group_options(
+        self,
+        group: str,
+        *,
+        max_concurrency: int | None = None,
+        rate_limit: RateLimit | None = None,
+        lease_duration: timedelta | float = DEFAULT_LEASE,
+    ) -> bool:
+        """:meth:`JobQueue.set_group_options` in the group's partition."""
+        return await self.group_queue(group).set_group_options(
+            group,
+            max_concurrency=max_concurrency,
+            rate_limit=rate_limit,
+            lease_duration=lease_duration,
+        )
+
+    async def pause_group(self, group: str) -> bool:
+        """:meth:`JobQueue.pause_group` in the group's partition."""
+        return await self.group_queue(group).pause_group(group)
+
+    async def resume_group(self, group: str) -> bool:
+        """:meth:`JobQueue.resume_group` in the group's partition."""
+        return await self.group_queue(group).resume_group(group)
+
+    async def get_group(self, group: str) -> GroupInfo:
+        """:meth:`JobQueue.get_group` in the group's partition."""
+        return await self.group_queue(group).get_group(group)
+
+    # -- controls and inspection ------------------------------------------------------------
+    async def _each(self, method: str, *args: Any) -> list[Any]:
+        out: list[Any] = [None] * self.partitions
+
+        async def one(i: int) -> None:
+            out[i] = await getattr(self.queues[i], method)(*args)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(self.partitions):
+                tg.start_soon(one, i)
+        return out
+
+    async def pause(self) -> int:
+        """Pause every partition (each with its own paused event); returns how many changed."""
+        return sum(await self._each("pause"))
+
+    async def resume(self) -> int:
+        """Resume every partition; returns how many changed."""
+        return sum(await self._each("resume"))
+
+    async def get_state(self) -> PartitionedQueueState:
+        """Every partition's controls, and the aggregate."""
+        states: list[QueueState] = await self._each("get_state")
+        paused = sum(1 for s in states if s.paused)
+        return PartitionedQueueState(
+            partitions=tuple(states),
+            paused=paused == self.partitions,
+            paused_partitions=paused,
+            rate_limit_hits=sum(s.rate_limit_hits for s in states),
+        )
+
+    async def status(self, job_id: str, *, ordering_key: str | None = None) -> JobStatus:
+        """:meth:`JobQueue.status` in the job's partition: pass the ``ordering_key`` the job
+        was enqueued with, if any (without it the job id is routed, as at enqueue)."""
+        return await self.queue_for(job_id, ordering_key).status(job_id)
+
+    async def result(
+        self,
+        job_id: str,
+        *,
+        timeout: timedelta | float | None,
+        ordering_key: str | None = None,
+        codec: Codec[Any] | None = None,
+    ) -> Any:
+        """:meth:`JobQueue.result` in the job's partition (``ordering_key`` as in
+        :meth:`status`)."""
+        queue = self.queue_for(job_id, ordering_key)
+        return await queue.result(job_id, timeout=timeout, codec=codec)
+
+    async def get_logs(
+        self, job_id: str, count: int = 100, *, ordering_key: str | None = None
+    ) -> list[str]:
+        """:meth:`JobQueue.get_logs` in the job's partition."""
+        return await self.queue_for(job_id, ordering_key).get_logs(job_id, count)
+
+    async def read_metrics(self, minutes: int = 60) -> list[MinuteMetrics]:
+        """Per-minute completed / failed counts summed over the partitions (each partition's
+        own counts: ``partition(i).read_metrics()``)."""
+        per: list[list[MinuteMetrics]] = await self._each("read_metrics", minutes)
+        total: dict[Any, list[int]] = {}
+        for rows in per:
+            for m in rows:
+                slot = total.setdefault(m.minute.astimezone(UTC), [0, 0])
+                slot[0] += m.completed
+                slot[1] += m.failed
+        return [MinuteMetrics(minute, c, f) for minute, (c, f) in sorted(total.items())]
+
+    async def backlog(self) -> list[int]:
+        """Each partition's ready stream length (XLEN: entries retained, acknowledged or not),
+        in partition order; one pipelined call per server."""
+        replies = await self.client.pipeline([("XLEN", q.keys.ready) for q in self.queues])
+        out = []
+        for reply in replies:
+            if isinstance(reply, BaseException):
+                raise reply
+            out.append(int(reply))
+        return out
+
+
+__all__ = ["PartitionedJobQueue", "PartitionedQueueState"]

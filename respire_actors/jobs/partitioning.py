@@ -1,0 +1,78 @@
+"""How a partitioned job queue routes a job to a partition, and how producers and workers agree
+on the partition count.
+
+Routing is ``zlib.crc32(ordering_key.encode("utf-8")) % partitions``: CRC-32 (IEEE 802.3, the
+one ``zlib``, ``binascii``, Java's ``java.util.zip.CRC32`` and Go's ``hash/crc32.ChecksumIEEE``
+compute) of the UTF-8 bytes of the ordering key, which defaults to the job id. It is stable
+across processes, Python versions and languages (never Python's randomized ``hash()``), so every
+producer sends one key to one partition, and a repeated job id is deduplicated there.
+
+The count is recorded in Redis (``{respire-job:<name>}:partitions``) by the first producer or
+worker and compared by every later one; a different count raises
+:class:`~respire_actors.errors.PartitionCountMismatch` instead of misrouting.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from ..actors._util import text
+from ..errors import PartitionCountMismatch, ValidationError
+from ..keys import MAX_PARTITIONS, partition_name, partitions_key, validate_name
+from ..redis.client import RedisClient
+from ..redis.scripts import load
+from .options import validate_job_id
+
+_PARTITIONS = load("job_partitions")
+
+
+def validate_partitions(partitions: object) -> int:
+    """A partition count: an int from 1 to :data:`~respire_actors.keys.MAX_PARTITIONS`, else
+    :class:`ValidationError`."""
+    if isinstance(partitions, bool) or not isinstance(partitions, int):
+        raise ValidationError(f"partitions must be an int, got {type(partitions).__name__}")
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise ValidationError(
+            f"partitions must be from 1 to {MAX_PARTITIONS}, got {partitions} (it is fixed per "
+            "queue: choose it for the parallelism you may need, not the worker count)"
+        )
+    return partitions
+
+
+def partition_of(ordering_key: str, partitions: int) -> int:
+    """The partition (0-based) of ``ordering_key`` among ``partitions``: CRC-32 of its UTF-8
+    bytes, modulo the count. Raises :class:`ValidationError` for a key that is not a nonblank
+    str of valid Unicode (the job id rules) or a bad count."""
+    validate_partitions(partitions)
+    validate_job_id(ordering_key, what="ordering key")
+    return zlib.crc32(ordering_key.encode("utf-8")) % partitions
+
+
+def partition_names(name: str, partitions: int) -> tuple[str, ...]:
+    """The queue names a partitioned queue uses: ``name`` itself (where the count is
+    recorded) and every partition ``name:p<i>``; e.g. for
+    ``respire_actors.acl.acl_rules(role, partition_names("orders", 16))``."""
+    validate_name(name)
+    validate_partitions(partitions)
+    return (name, *(partition_name(name, i) for i in range(partitions)))
+
+
+async def check_partition_count(client: RedisClient, name: str, partitions: int) -> None:
+    """Record ``partitions`` as queue ``name``'s count, or compare it with the recorded one
+    (one script). Raises :class:`PartitionCountMismatch` when they differ."""
+    key = partitions_key(name, client.key_prefix)
+    reply = await _PARTITIONS(client, (key,), ("init", partitions))
+    if text(reply[0]) == "mismatch":
+        stored = int(reply[1])
+        raise PartitionCountMismatch(
+            f"partitioned queue {name!r} has {stored} partitions recorded in Redis ({key}), "
+            f"but this process was configured with {partitions}: a job would go to a "
+            "partition the other side does not read. Use the recorded count, or migrate the "
+            "queue (docs/partitions.md#changing-the-partition-count)",
+            queue=name,
+            configured=partitions,
+            stored=stored,
+        )
+
+
+__all__ = ["check_partition_count", "partition_names", "partition_of", "validate_partitions"]

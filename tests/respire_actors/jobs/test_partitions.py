@@ -1,0 +1,638 @@
+"""Partitioned job queues (issue #15, docs/partitions.md): routing, per-partition
+deduplication, the recorded partition count, one worker registration draining every
+partition, per-partition and aggregate state, bad input. Real servers, both backends."""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from collections.abc import Callable
+from datetime import timedelta
+
+import anyio
+import pytest
+from helpers.acl import acl_denials, acl_user
+from helpers.otel import Otel
+from jobs_helpers import fast_options, text, wait_until, wait_until_async
+
+from respire_actors import (
+    ACK,
+    NACK,
+    Job,
+    PartitionCountMismatch,
+    PartitionedJobQueue,
+    QueueOptions,
+    RateLimit,
+    RecurringOptions,
+    StrCodec,
+    ValidationError,
+    Worker,
+)
+from respire_actors.acl import acl_rules
+from respire_actors.errors import PermissionDenied
+from respire_actors.jobs import partition_names, partition_of
+from respire_actors.keys import partitions_key
+from respire_actors.redis.client import RedisClient
+
+pytestmark = pytest.mark.anyio
+
+# A fixed table: a change of the hash (or of its input bytes) breaks this test, as it would
+# send existing jobs' repeats to other partitions than their originals.
+ROUTES = [
+    ("job-1", 16, 15),
+    ("job-2", 16, 5),
+    ("order:42", 16, 11),
+    ("customer-7", 16, 8),
+    ("é", 16, 14),
+    ("job-1", 1024, 575),
+    ("order:42", 1024, 811),
+    ("customer-7", 1024, 328),
+    ("anything", 1, 0),
+]
+
+
+@pytest.mark.parametrize(("key", "partitions", "expected"), ROUTES)
+def test_routing_is_a_fixed_crc32_table(key: str, partitions: int, expected: int) -> None:
+    assert partition_of(key, partitions) == expected
+    assert zlib.crc32(key.encode("utf-8")) % partitions == expected
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1025, True, 2.0, "16"])
+def test_a_bad_partition_count_is_refused_before_anything_is_sent(bad: object) -> None:
+    with pytest.raises(ValidationError, match="partitions"):
+        partition_of("k", bad)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="partitions"):
+        Worker().register("q", _ack, StrCodec(), partitions=bad)  # type: ignore[arg-type]
+
+
+async def test_bad_input_is_refused_with_typed_errors(
+    client: RedisClient, unique_name: str
+) -> None:
+    for bad in (0, 1025, True):
+        with pytest.raises(ValidationError):
+            PartitionedJobQueue(client, unique_name, StrCodec(), partitions=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="braces"):
+        PartitionedJobQueue(client, "a{b}", StrCodec(), partitions=4)
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    with pytest.raises(ValidationError, match="ordering key"):
+        await queue.enqueue("j", "x", ordering_key="  ")
+    with pytest.raises(ValidationError, match="job id"):
+        await queue.enqueue("", "x")
+    with pytest.raises(ValidationError, match="tuple"):
+        await queue.enqueue_many([("a", "x"), "b"])  # type: ignore[list-item]
+    with pytest.raises(ValidationError):
+        queue.partition(4)
+    # nothing was sent: not even the partition count was recorded
+    assert await client.execute("EXISTS", partitions_key(unique_name)) == 0
+    worker = Worker()
+    with pytest.raises(ValidationError, match="rate limit"):
+        worker.register(
+            unique_name,
+            _ack,
+            StrCodec(),
+            queue_options=QueueOptions(rate_limit=RateLimit(5, timedelta(seconds=1))),
+            partitions=4,
+        )
+    with pytest.raises(ValidationError, match="recurring"):
+        worker.register(unique_name, _ack, StrCodec(), recurring=RecurringOptions(), partitions=4)
+
+
+async def _ack(job: Job[str]) -> object:
+    return ACK
+
+
+async def test_jobs_land_in_their_partitions_and_dedup_per_partition(
+    client: RedisClient, unique_name: str
+) -> None:
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=16)
+    first = await queue.enqueue("job-1", "a")
+    again = await queue.enqueue("job-1", "b")
+    assert first.enqueued and not again.enqueued and again.entry_id == first.entry_id
+    # the job is in partition 15 (the table above), an ordinary queue named <name>:p15
+    assert await client.execute("XLEN", queue.partition(15).keys.ready) == 1
+    assert sum(await queue.backlog()) == 1
+    # an ordering key routes the job with its key, and dedups there
+    a = await queue.enqueue("x-1", "a", ordering_key="customer-7")
+    b = await queue.enqueue("x-2", "b", ordering_key="customer-7")
+    assert a.enqueued and b.enqueued
+    assert await client.execute("XLEN", queue.partition(8).keys.ready) == 2
+    dup = await queue.enqueue("x-1", "c", ordering_key="customer-7")
+    assert not dup.enqueued and dup.entry_id == a.entry_id
+    results = await queue.enqueue_many(
+        [(f"m{i}", str(i)) for i in range(100)] + [("job-1", "dup"), ("y", "1", "customer-7")]
+    )
+    assert [r.enqueued for r in results] == [True] * 100 + [False, True]
+    backlog = await queue.backlog()
+    assert sum(backlog) == 104
+    expected = Counter(partition_of(f"m{i}", 16) for i in range(100))
+    expected[15] += 1
+    expected[8] += 3
+    assert backlog == [expected[i] for i in range(16)]
+    assert int(await client.execute("GET", partitions_key(unique_name))) == 16
+
+
+async def test_a_producer_or_worker_with_another_count_gets_a_typed_error(
+    client: RedisClient, unique_name: str
+) -> None:
+    await PartitionedJobQueue(client, unique_name, StrCodec(), partitions=8).enqueue("a", "x")
+    other = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=16)
+    with pytest.raises(PartitionCountMismatch) as caught:
+        await other.enqueue("b", "x")
+    assert (caught.value.configured, caught.value.stored) == (16, 8)
+    assert sum(await other.backlog()) == 1  # nothing was sent to the wrong partition
+    worker = Worker()
+    worker.register(unique_name, _ack, StrCodec(), fast_options(), partitions=4)
+    with anyio.fail_after(10), pytest.raises(PartitionCountMismatch):
+        await worker.run(client)
+    # the mismatched worker created no consumer group in any partition
+    for i in range(8):
+        key = other.partition(i).keys.ready
+        if await client.execute("EXISTS", key):
+            assert await client.execute("XINFO", "GROUPS", key) == []
+
+
+async def test_one_registration_drains_every_partition(
+    client: RedisClient, unique_name: str
+) -> None:
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=16)
+    await queue.enqueue_many([(f"j{i}", str(i)) for i in range(300)])
+    seen: dict[str, int] = {}
+    progress_ok: list[bool] = []
+
+    async def handler(job: Job[str]) -> object:
+        if job.id == "j7":
+            progress_ok.append(await job.report_progress(50))
+            progress_ok.append(await job.log("hello from j7"))
+        seen[job.id] = job.partition
+        return ACK
+
+    worker = Worker()
+    worker.register(
+        unique_name,
+        handler,
+        StrCodec(),
+        # a poll interval longer than the test: the late jobs are found by the wait itself
+        fast_options(
+            consumer_count=8,
+            keep_results=timedelta(minutes=5),
+            poll_interval=timedelta(seconds=60),
+        ),
+        partitions=16,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        await wait_until(lambda: len(seen) == 300, timeout=30)
+        # jobs enqueued while the worker waits are picked up (the wait covers every partition)
+        await queue.enqueue_many([(f"late{i}", "x") for i in range(40)])
+        await wait_until(lambda: len(seen) == 340, timeout=15)
+        stats = worker.statistics(unique_name)
+        await wait_until(lambda: stats.acked == 340, timeout=15)
+        await worker.stop()
+    assert all(seen[j] == partition_of(j, 16) for j in seen)
+    assert len(set(seen.values())) == 16
+    assert progress_ok == [True, True]
+    assert await queue.get_logs("j7") == ["hello from j7"]
+    status = await queue.status("j7")
+    assert status.state == "completed"
+    # every partition's pending list is empty and its group saw its share
+    for i in range(16):
+        pending = await client.execute("XPENDING", queue.partition(i).keys.ready, "respire")
+        assert int(pending[0]) == 0
+    events = await queue.queue_for("j7").read_dead_letters()
+    assert events == []
+
+
+async def test_state_is_per_partition_and_aggregated(client: RedisClient, unique_name: str) -> None:
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    state = await queue.get_state()
+    assert len(state.partitions) == 4 and not state.paused and state.paused_partitions == 0
+    assert await queue.partition(2).pause()
+    state = await queue.get_state()
+    assert [s.paused for s in state.partitions] == [False, False, True, False]
+    assert state.paused_partitions == 1 and not state.paused
+    assert await queue.pause() == 3
+    assert (await queue.get_state()).paused
+    assert await queue.resume() == 4
+    assert (await queue.get_state()).paused_partitions == 0
+
+
+async def test_a_paused_partition_holds_its_jobs_while_the_others_run(
+    client: RedisClient, unique_name: str
+) -> None:
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    jobs = [f"j{i}" for i in range(40)]
+    held = [j for j in jobs if partition_of(j, 4) == 1]
+    assert held
+    await queue.partition(1).pause()
+    await queue.enqueue_many([(j, "x") for j in jobs])
+    done: set[str] = set()
+
+    async def handler(job: Job[str]) -> object:
+        done.add(job.id)
+        return ACK
+
+    worker = Worker()
+    worker.register(unique_name, handler, StrCodec(), fast_options(), partitions=4)
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        await wait_until(lambda: len(done) == len(jobs) - len(held), timeout=15)
+        assert not done & set(held)
+        # the paused partition's waiting jobs do not wake the reader: it waits a poll
+        # interval (200 ms) between reads instead of spinning
+        stats = worker.statistics(unique_name)
+        before = stats.read_calls
+        await anyio.sleep(1.0)
+        assert stats.read_calls - before <= 20
+        await queue.partition(1).resume()
+        await wait_until(lambda: len(done) == len(jobs), timeout=15)
+        await worker.stop()
+
+
+async def test_recovery_and_dead_letters_stay_in_each_partition(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Nacked jobs are recovered after the visibility timeout from every partition, complete
+    there on their second attempt (the recovered delivery's outcome commits in its own
+    partition: nothing stale), or are dead-lettered in their own partition at the limit."""
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=8)
+    retried = [f"r{i}" for i in range(16)]
+    doomed = [f"d{i}" for i in range(16)]
+    await queue.enqueue_many([(j, "x") for j in retried + doomed])
+    attempts: Counter[str] = Counter()
+
+    async def handler(job: Job[str]) -> object:
+        attempts[job.id] += 1
+        if job.id.startswith("r") and job.attempt == 2:
+            return ACK
+        return NACK
+
+    worker = Worker()
+    worker.register(
+        unique_name,
+        handler,
+        StrCodec(),
+        fast_options(visibility_timeout=timedelta(milliseconds=200), delivery_limit=2),
+        partitions=8,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+
+        async def all_settled() -> bool:
+            counts = [
+                int(await client.execute("XLEN", queue.partition(i).keys.dead)) for i in range(8)
+            ]
+            return sum(counts) == len(doomed) and worker.statistics(unique_name).acked == 16
+
+        await wait_until_async(all_settled, timeout=20)
+        await worker.stop()
+    stats = worker.statistics(unique_name)
+    assert stats.stale_completions == 0 and stats.rejected_completions == 0
+    assert stats.recovered >= 32
+    assert all(attempts[j] == 2 for j in retried + doomed)
+    for j in doomed:
+        letters = await queue.queue_for(j).read_dead_letters()
+        assert j in {text(f["_respire.job.id"]) for _, f in letters}
+
+
+async def test_scheduled_jobs_are_promoted_in_their_partitions(
+    client: RedisClient, unique_name: str
+) -> None:
+    from respire_actors import JobEnqueueOptions
+
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    for i in range(8):
+        await queue.enqueue_scheduled(
+            f"s{i}", "x", JobEnqueueOptions(delay=timedelta(milliseconds=100))
+        )
+    done: set[str] = set()
+
+    async def handler(job: Job[str]) -> object:
+        done.add(job.id)
+        return ACK
+
+    worker = Worker()
+    worker.register(
+        unique_name,
+        handler,
+        StrCodec(),
+        fast_options(),
+        queue_options=QueueOptions(scheduling_poll_interval=timedelta(milliseconds=50)),
+        partitions=4,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        await wait_until(lambda: len(done) == 8, timeout=15)
+        await worker.stop()
+    assert worker.statistics(unique_name).promoted == 8
+
+
+async def test_the_worker_leaves_no_consumer_behind(client: RedisClient, unique_name: str) -> None:
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    worker = Worker()
+    worker.register(unique_name, _ack, StrCodec(), fast_options(consumer_name="c1"), partitions=4)
+    await queue.enqueue_many([(f"j{i}", "x") for i in range(20)])
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        await wait_until(lambda: worker.statistics(unique_name).acked == 20, timeout=15)
+        await worker.stop()
+    for i in range(4):
+        consumers = await client.execute(
+            "XINFO", "CONSUMERS", queue.partition(i).keys.ready, "respire"
+        )
+        assert consumers == []
+
+
+async def test_running_handlers_leases_are_renewed_in_their_partitions(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Handlers running for several visibility timeouts keep their leases in every partition
+    (renewals are routed per partition) and complete without being recovered elsewhere."""
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=8)
+    jobs = [f"long{i}" for i in range(8)]
+    assert len({queue.partition_of(j) for j in jobs}) > 2
+    await queue.enqueue_many([(j, "x") for j in jobs])
+    attempts: Counter[str] = Counter()
+
+    async def handler(job: Job[str]) -> object:
+        attempts[job.id] += 1
+        await anyio.sleep(1.0)  # over three visibility timeouts
+        return ACK
+
+    worker = Worker()
+    worker.register(
+        unique_name,
+        handler,
+        StrCodec(),
+        fast_options(consumer_count=8, visibility_timeout=timedelta(milliseconds=300)),
+        partitions=8,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        stats = worker.statistics(unique_name)
+        await wait_until(lambda: stats.acked == len(jobs), timeout=20)
+        await worker.stop()
+    assert stats.leases_lost == 0 and stats.recovered == 0 and stats.leases_renewed > 0
+    assert all(attempts[j] == 1 for j in jobs)
+
+
+async def test_gauges_of_a_partitioned_registration_cover_every_partition(
+    otel: Otel, client: RedisClient, unique_name: str
+) -> None:
+    """The sampler reads every partition and combines them: pending and lag summed, paused
+    only when every partition is."""
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    first = ["job-1", "job-2"]  # partitions 3 and 1 of 4
+    late = "order:42"  # partition 3 of 4, behind job-1
+    assert [queue.partition_of(j) for j in (*first, late)] == [3, 1, 3]
+    release = anyio.Event()
+    running = 0
+
+    async def handler(job: Job[str]) -> object:
+        nonlocal running
+        running += 1
+        await release.wait()
+        return ACK
+
+    name = f"{unique_name}-g"
+    worker = Worker()
+    worker.register(
+        unique_name,
+        handler,
+        StrCodec(),
+        fast_options(consumer_count=2, read_batch=2, telemetry_name=name),
+        partitions=4,
+    )
+    await queue.enqueue_many([(j, "x") for j in first])
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        await wait_until(lambda: running == 2)
+        await queue.enqueue(late, "x")
+        await queue.partition(0).pause()
+
+        def gauges(pending: int, lag: int, paused: int) -> Callable[[], bool]:
+            def check() -> bool:
+                return (
+                    otel.values("respire.pending.count", name).get(()) == pending
+                    and otel.values("respire.consumer_group.lag", name).get(()) == lag
+                    and otel.values("respire.queue.paused", name).get(()) == paused
+                )
+
+            return check
+
+        await collected(gauges(pending=2, lag=1, paused=0))
+        await queue.pause()
+        await collected(gauges(pending=2, lag=1, paused=1))
+        await queue.resume()
+        release.set()
+        await wait_until(lambda: worker.statistics(unique_name).acked == 3)
+        await collected(gauges(pending=0, lag=0, paused=0))
+        await worker.stop()
+
+
+async def collected(check: Callable[[], bool], *, timeout: float = 10.0) -> None:
+    """Wait until ``check`` holds: each metric collection in it asks for a fresh sample."""
+    with anyio.fail_after(timeout):
+        while not check():  # noqa: ASYNC110 - collections are what we wait on
+            await anyio.sleep(0.05)
+
+
+async def test_producer_and_worker_users_need_only_the_partitions_keys(
+    client: RedisClient, server_url: str, unique_name: str
+) -> None:
+    """ACL users whose key patterns are the queue's partition names (acl_rules over
+    partition_names) enqueue and work a partitioned queue with nothing denied."""
+    names = partition_names(unique_name, 4)
+    done: set[str] = set()
+
+    async def handler(job: Job[str]) -> object:
+        done.add(job.id)
+        return ACK
+
+    async with (
+        acl_user(client, server_url, f"{unique_name}-p", acl_rules("producer", names)) as p,
+        acl_user(client, server_url, f"{unique_name}-w", acl_rules("worker", names)) as w,
+    ):
+        queue = PartitionedJobQueue(p, unique_name, StrCodec(), partitions=4)
+        await queue.enqueue_many([(f"j{i}", "x") for i in range(20)])
+        worker = Worker()
+        worker.register(unique_name, handler, StrCodec(), fast_options(), partitions=4)
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run, w)
+            await wait_until(lambda: len(done) == 20, timeout=15)
+            await worker.stop()
+        # a producer scoped to another queue's names is refused before writing
+        other = partition_names(f"{unique_name}-other", 4)
+        async with acl_user(
+            client, server_url, f"{unique_name}-o", acl_rules("producer", other)
+        ) as o:
+            with pytest.raises(PermissionDenied):
+                await PartitionedJobQueue(o, unique_name, StrCodec(), partitions=4).enqueue(
+                    "z", "x"
+                )
+    assert await acl_denials(client, f"{unique_name}-p") == []
+    assert await acl_denials(client, f"{unique_name}-w") == []
+
+
+async def test_a_busy_partition_does_not_starve_a_newly_filled_one(
+    client: RedisClient, unique_name: str
+) -> None:
+    """The reader never waits while partition 3 has a backlog, yet a job enqueued into
+    partition 1 (found empty before) runs long before that backlog is done."""
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    done: list[str] = []
+
+    async def handler(job: Job[str]) -> object:
+        done.append(job.id)
+        await anyio.sleep(0.002)
+        return ACK
+
+    worker = Worker()
+    worker.register(
+        unique_name,
+        handler,
+        StrCodec(),
+        fast_options(consumer_count=1, read_batch=1, poll_interval=timedelta(seconds=60)),
+        partitions=4,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        stats = worker.statistics(unique_name)
+        await wait_until(lambda: stats.read_calls >= 1)  # every partition was found empty
+        backlog = [(f"b{i}", "x", "job-1") for i in range(2000)]  # all in partition 3
+        await queue.enqueue_many(backlog)
+        await wait_until(lambda: len(done) >= 10)
+        await queue.enqueue("job-2", "x")  # partition 1
+        await wait_until(lambda: "job-2" in done, timeout=20)
+        assert len(done) < 1000  # the backlog was far from done
+        await worker.stop()
+
+
+async def test_a_group_with_concurrency_one_keeps_its_order_across_workers(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Grouped jobs are routed by their group, so the group's limits hold: with
+    max_concurrency=1 two workers run each group's jobs one at a time, in enqueue order."""
+    from respire_actors import JobEnqueueOptions
+
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=8)
+    groups = [f"acct-{g}" for g in range(4)]
+    assert len({queue.partition_of(g) for g in groups}) > 1
+    for g in groups:
+        await queue.set_group_options(g, max_concurrency=1)
+    for i in range(10):
+        for g in groups:
+            await queue.enqueue_scheduled(f"{g}:{i}", str(i), JobEnqueueOptions(group=g))
+        # a group's staged jobs are ordered by due millisecond, then by staging id as text
+        # ("...-10" sorts before "...-9"): one job per group and millisecond keeps this exact
+        await anyio.sleep(0.002)
+    for g in groups:
+        assert (await queue.get_group(g)).staged == 10
+    running: Counter[str] = Counter()
+    overlaps: list[str] = []
+    order: dict[str, list[int]] = {g: [] for g in groups}
+
+    async def handler(job: Job[str]) -> object:
+        assert job.group is not None
+        running[job.group] += 1
+        if running[job.group] > 1:
+            overlaps.append(job.id)
+        order[job.group].append(int(job.payload))
+        await anyio.sleep(0.005)
+        running[job.group] -= 1
+        return ACK
+
+    workers = []
+    for name in ("w1", "w2"):
+        worker = Worker()
+        worker.register(
+            unique_name,
+            handler,
+            StrCodec(),
+            fast_options(consumer_count=4, consumer_name=name),
+            queue_options=QueueOptions(scheduling_poll_interval=timedelta(milliseconds=20)),
+            partitions=8,
+        )
+        workers.append(worker)
+    async with anyio.create_task_group() as tg:
+        for worker in workers:
+            await tg.start(worker.run, client)
+        await wait_until(lambda: sum(len(v) for v in order.values()) == 40, timeout=30)
+        for worker in workers:
+            await worker.stop()
+    assert overlaps == []
+    assert all(order[g] == list(range(10)) for g in groups)
+
+
+async def test_a_scheduling_registration_wakes_for_new_and_newly_staged_jobs(
+    client: RedisClient, unique_name: str
+) -> None:
+    """With QueueOptions (grouped reads) and poll intervals longer than the test, an idle
+    worker is woken by a new ready job and by a newly staged grouped job in any partition."""
+    from respire_actors import JobEnqueueOptions
+
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    done: list[str] = []
+
+    async def handler(job: Job[str]) -> object:
+        done.append(job.id)
+        return ACK
+
+    worker = Worker()
+    worker.register(
+        unique_name,
+        handler,
+        StrCodec(),
+        fast_options(poll_interval=timedelta(seconds=60)),
+        queue_options=QueueOptions(scheduling_poll_interval=timedelta(seconds=60)),
+        partitions=4,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        stats = worker.statistics(unique_name)
+        await wait_until(lambda: stats.read_calls >= 1)
+        await anyio.sleep(0.1)  # the reader is waiting
+        await queue.enqueue("job-1", "x")
+        await wait_until(lambda: done == ["job-1"], timeout=10)
+        await queue.enqueue_scheduled("g-1", "x", JobEnqueueOptions(group="tenant-1"))
+        await wait_until(lambda: done == ["job-1", "g-1"], timeout=10)
+        await worker.stop()
+
+
+async def test_a_restarted_consumer_replays_its_pending_jobs_in_every_partition(
+    client: RedisClient, unique_name: str
+) -> None:
+    """A worker that stopped without finishing (cancelled here) leaves its jobs pending in
+    several partitions; restarted under the same consumer name, its startup replay claims them
+    all at once, long before the visibility timeout."""
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=8)
+    jobs = [f"r{i}" for i in range(12)]
+    assert len({queue.partition_of(j) for j in jobs}) >= 4
+    await queue.enqueue_many([(j, "x") for j in jobs])
+    started: set[str] = set()
+    finished: set[str] = set()
+    generation = 1
+
+    async def handler(job: Job[str]) -> object:
+        if generation == 1:
+            started.add(job.id)
+            await anyio.sleep_forever()
+        finished.add(job.id)
+        return ACK
+
+    options = fast_options(
+        consumer_count=12, consumer_name="c1", visibility_timeout=timedelta(seconds=60)
+    )
+    first = Worker()
+    first.register(unique_name, handler, StrCodec(), options, partitions=8)
+    async with anyio.create_task_group() as tg:
+        await tg.start(first.run, client)
+        await wait_until(lambda: len(started) == len(jobs), timeout=15)
+        tg.cancel_scope.cancel()  # no graceful stop: every job stays pending for c1
+    generation = 2
+    second = Worker()
+    second.register(unique_name, handler, StrCodec(), options, partitions=8)
+    async with anyio.create_task_group() as tg:
+        await tg.start(second.run, client)
+        await wait_until(lambda: finished == set(jobs), timeout=15)
+        await second.stop()
+    assert second.statistics(unique_name).replayed == len(jobs)

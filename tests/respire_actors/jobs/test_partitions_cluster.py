@@ -1,0 +1,73 @@
+"""Partitioned job queues on the 3-master cluster fixture: partitions spread over every master
+(each partition its own hash tag), and one worker registration drains, waits on and recovers
+all of them (a wait there is a pipelined probe per node, not one XREAD over many slots)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+
+import anyio
+import pytest
+from helpers.servers import Cluster, key_slot
+from jobs_helpers import fast_options, wait_until
+
+from respire_actors import ACK, NACK, Job, PartitionedJobQueue, StrCodec, Worker
+from respire_actors.redis.client import RedisClient
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_partitions_spread_over_every_master(
+    cluster_client: RedisClient, cluster_nodes: Cluster, unique_name: str
+) -> None:
+    queue = PartitionedJobQueue(cluster_client, unique_name, StrCodec(), partitions=64)
+    await queue.enqueue_many([(f"j{i}", "x") for i in range(1000)])
+    owners: Counter[int] = Counter()
+    slots = set()
+    for i in range(64):
+        key = queue.partition(i).keys.ready
+        slots.add(key_slot(key))
+        node = cluster_nodes.owner_of(key_slot(key))
+        assert node.execute("EXISTS", key) == 1  # the stream really lives on that master
+        owners[node.port] += 1
+    assert len(slots) == 64
+    assert set(owners) == set(cluster_nodes.ports)
+    assert min(owners.values()) >= 8  # 64 tags over 3 masters: none nearly empty
+    assert sum(await queue.backlog()) == 1000
+
+
+async def test_one_registration_drains_and_recovers_a_cluster_queue(
+    cluster_client: RedisClient, unique_name: str
+) -> None:
+    queue = PartitionedJobQueue(cluster_client, unique_name, StrCodec(), partitions=16)
+    await queue.enqueue_many([(f"j{i}", "x") for i in range(200)])
+    done: Counter[str] = Counter()
+
+    async def handler(job: Job[str]) -> object:
+        done[job.id] += 1
+        if job.id.startswith("flaky") and job.attempt == 1:
+            return NACK  # recovered after the visibility timeout, in its partition
+        return ACK
+
+    worker = Worker()
+    worker.register(
+        unique_name,
+        handler,
+        StrCodec(),
+        # a poll interval longer than the test: the late jobs are found by the probe itself
+        fast_options(
+            visibility_timeout=timedelta(milliseconds=300), poll_interval=timedelta(seconds=60)
+        ),
+        partitions=16,
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, cluster_client)
+        await wait_until(lambda: len(done) == 200, timeout=30)
+        # jobs enqueued while the reader waits (the probe covers every node)
+        await queue.enqueue_many([(f"flaky{i}", "x") for i in range(20)])
+        stats = worker.statistics(unique_name)
+        await wait_until(lambda: stats.acked == 220, timeout=30)
+        await worker.stop()
+    assert all(done[f"flaky{i}"] == 2 for i in range(20))
+    assert stats.recovered >= 20
