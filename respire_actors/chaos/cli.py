@@ -73,7 +73,7 @@ async def run_chaos(args: argparse.Namespace, url: str | None) -> int:
     if args.list:
         for cls in sorted(load_all().values(), key=lambda c: c.number):
             ci = " (CI)" if cls.ci else ""
-            own = " [own servers]" if cls.own_servers else ""
+            own = " \\[own servers]" if cls.own_servers else ""
             console.print(f"{cls.number}. [bold]{cls.name}[/]{ci}{own}: {cls.title}")
         return 0
     names = select(args.only, ci=args.ci)

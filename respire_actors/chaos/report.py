@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .model import Verdict
@@ -32,12 +33,12 @@ def print_table(verdicts: Sequence[Verdict], console: Console | None = None) -> 
     for column in (*COLUMNS, "verdict"):
         table.add_column(column, justify="right" if column not in {"scenario", "case"} else "left")
     for v in verdicts:
-        table.add_row(*_row(v), "[green]pass[/]" if v.passed else "[red]FAIL[/]")
+        table.add_row(*map(escape, _row(v)), "[green]pass[/]" if v.passed else "[red]FAIL[/]")
     out = console or Console()
     out.print(table)
     for v in verdicts:
         for violation in v.violations:
-            out.print(f"[red]{v.scenario}/{v.case}[/]: {violation}")
+            out.print(f"[red]{escape(v.scenario)}/{escape(v.case)}[/]: {escape(violation)}")
 
 
 def markdown(verdicts: Sequence[Verdict]) -> str:

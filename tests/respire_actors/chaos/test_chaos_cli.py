@@ -53,6 +53,9 @@ def test_list_names_every_scenario_in_seed_order() -> None:
     assert numbers == sorted(numbers)
     for name in ("group-bootstrap", "failures", "trim"):
         assert any(line.split(" ")[1] == name for line in lines), lines
+    # the marker of scenarios that start their own servers (rich markup must not eat it)
+    own = {line.split(" ")[1] for line in lines if "[own servers]" in line}
+    assert own == {name for name, cls in registry.items() if cls.own_servers}, lines
 
 
 def test_an_unknown_scenario_is_a_clear_error(tmp_path: Path) -> None:
