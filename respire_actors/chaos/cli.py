@@ -70,6 +70,8 @@ def add_chaos_parser(sub: Any, parents: list[argparse.ArgumentParser], epilog: s
 
 async def run_chaos(args: argparse.Namespace, url: str | None) -> int:
     console = Console()
+    if not console.is_terminal:  # a log file or CI: never cut case names at 80 columns
+        console = Console(width=200)
     if args.list:
         for cls in sorted(load_all().values(), key=lambda c: c.number):
             ci = " (CI)" if cls.ci else ""

@@ -28,10 +28,20 @@ def _row(v: Verdict) -> list[str]:
     ]
 
 
+SHORT = ("scenario", "case", "acc", "done", "dup", "lost", "dead", "s", "verdict")
+
+
 def print_table(verdicts: Sequence[Verdict], console: Console | None = None) -> None:
-    table = Table(title="failure contract", show_lines=False)
-    for column in (*COLUMNS, "verdict"):
-        table.add_column(column, justify="right" if column not in {"scenario", "case"} else "left")
+    """The verdicts as a terminal table (short numeric headers so case names fit 80 columns)."""
+    table = Table(
+        title="failure contract",
+        caption="acc accepted · done completed · dup re-executions · dead dead-lettered · s time",
+    )
+    for column in SHORT:
+        text = column in {"scenario", "case"}
+        table.add_column(
+            column, justify="left" if text else "right", no_wrap=not text, overflow="fold"
+        )
     for v in verdicts:
         table.add_row(*map(escape, _row(v)), "[green]pass[/]" if v.passed else "[red]FAIL[/]")
     out = console or Console()
