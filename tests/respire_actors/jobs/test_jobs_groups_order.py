@@ -26,6 +26,10 @@ def genc(group: str) -> str:
     return f"{len(group.encode()):08x}{group}"
 
 
+def text(reply: Any) -> str:
+    return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+
 async def serve(
     client: RedisClient, queue: JobQueue[str], expected: int
 ) -> dict[str | None, list[str]]:
@@ -81,6 +85,7 @@ async def test_members_of_the_previous_format_are_still_served(
     upgrade: its job is delivered and the member removed, next to new-format members."""
     g = "upgraded"
     jobs = queue.keys.group_jobs
+    await queue.set_group_options(g, max_concurrency=1)
     old = await queue.enqueue_scheduled_many(
         [(f"old-{i}", "x") for i in range(3)], JobEnqueueOptions(group=g)
     )
@@ -88,18 +93,16 @@ async def test_members_of_the_previous_format_are_still_served(
     assert len(members) == 3
     prefix = len(genc(g)) + 15  # group encoding and due time
     for member in members:
-        text = member.decode() if isinstance(member, bytes) else member
-        staging = text[prefix + 1 :].rsplit(":", 1)[0]
+        m = text(member)
+        staging = m[prefix + 1 :].rsplit(":", 1)[0]
         unpadded = "-".join(str(int(part)) for part in staging.split("-"))
-        await client.execute("ZREM", jobs, text)
-        await client.execute("ZADD", jobs, 0, f"{text[:prefix]}:{unpadded}:0")
+        await client.execute("ZREM", jobs, m)
+        await client.execute("ZADD", jobs, 0, f"{m[:prefix]}:{unpadded}:0")
     new = await queue.enqueue_scheduled_many(
         [(f"new-{i}", "x") for i in range(2)], JobEnqueueOptions(group=g)
     )
     new_format = re.compile(re.escape(genc(g)) + r"\d{15}:\d{20}-\d{20}:0")
-    current = [
-        m.decode() if isinstance(m, bytes) else m for m in await client.execute("ZRANGE", jobs, 0, -1)
-    ]
+    current = [text(m) for m in await client.execute("ZRANGE", jobs, 0, -1)]
     assert sum(1 for m in current if new_format.fullmatch(m)) == len(new)
     assert sum(1 for m in current if any(f":{r.entry_id}:" in m for r in old)) == len(old)
     started = await serve(client, queue, 5)
