@@ -6,8 +6,10 @@
 -- group's member sorts among them (braces, separators and NUL bytes are harmless).
 --
 -- :group-order   zset (score 0): groups in the active rotation (staged jobs, not parked)
--- :group-jobs    zset (score 0): genc .. due (15 digits, unix ms) .. ':' .. staging id .. ':'
---                .. priority, so a group's members are ordered by due time, then staging id
+-- :group-jobs    zset (score 0): genc .. due (15 digits, unix ms) .. ':' .. staging id
+--                (respire_id_sortable: fixed width) .. ':' .. priority, so a group's members
+--                are ordered by due time, then staging id as a stream id. Members written
+--                before the padding (staging id as is) still parse.
 -- :group-cursor  string: the last group visited
 -- :group-policy  hash: 'p' .. group -> 'max|limit|window|lease|paused' ('' = unlimited);
 --                't' .. group -> GCRA theoretical arrival time (ms); 'k' .. group -> why parked;
@@ -18,6 +20,7 @@
 -- :group-parked  zset: parked groups (paused, at their concurrency limit, out of GCRA permits,
 --                or delayed: nothing due yet) scored by their wake deadline
 --                (RESPIRE_PAUSED_SCORE while paused: only resume wakes them)
+--!include lib/stream_id.lua
 
 local RESPIRE_PAUSED_SCORE = 9007199254740991
 local RESPIRE_DEFAULT_LEASE = 60000
@@ -33,8 +36,8 @@ local function respire_grange(g)
 end
 
 local function respire_job_member(g, due, id, priority)
-  return respire_genc(g) .. string.format('%015d', due) .. ':' .. id .. ':' ..
-         string.format('%d', priority)
+  return respire_genc(g) .. string.format('%015d', due) .. ':' .. respire_id_sortable(id) ..
+         ':' .. string.format('%d', priority)
 end
 
 -- Parses a :group-jobs member of group encoding `genc` into due, staging id and priority.
@@ -42,7 +45,8 @@ local function respire_parse_job_member(genc, m)
   local due = tonumber(string.sub(m, #genc + 1, #genc + 15))
   local rest = string.sub(m, #genc + 17)
   local colon = string.find(rest, ':', 1, true)
-  return due, string.sub(rest, 1, colon - 1), tonumber(string.sub(rest, colon + 1)) or 0
+  return due, respire_id_unsortable(string.sub(rest, 1, colon - 1)),
+         tonumber(string.sub(rest, colon + 1)) or 0
 end
 
 -- The group's policy: {max, limit, window, lease, paused}; nil limits mean unlimited.
