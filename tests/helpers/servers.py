@@ -263,21 +263,7 @@ def start_cluster(base_dir: Path, masters: int = 3, *, timeout: float = 20.0) ->
     cluster = Cluster()
     try:
         for i in range(masters):
-            bus = free_port()  # the cluster bus port; start_valkey retries a clash
-            node_dir = base_dir / f"node-{i}"
-            cluster.nodes.append(
-                start_valkey(
-                    node_dir,
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    f"nodes-{i}.conf",
-                    "--cluster-port",
-                    str(bus),
-                    "--cluster-node-timeout",
-                    "5000",
-                )
-            )
+            cluster.nodes.append(_start_cluster_node(base_dir / f"node-{i}", i))
         for node, (start, end) in zip(cluster.nodes, slot_ranges(masters), strict=True):
             node.execute("CLUSTER", "ADDSLOTSRANGE", start, end)
         first = cluster.nodes[0]
@@ -290,6 +276,30 @@ def start_cluster(base_dir: Path, masters: int = 3, *, timeout: float = 20.0) ->
         cluster.stop()
         raise
     return cluster
+
+
+def _start_cluster_node(node_dir: Path, index: int, attempts: int = 3) -> ValkeyProcess:
+    """One cluster-enabled node. Both its ports are picked free; when another process (another
+    xdist worker, an outgoing connection) takes the bus port first, retry with fresh ports
+    (``start_valkey`` only re-picks the client port)."""
+    for attempt in range(attempts):
+        try:
+            return start_valkey(
+                node_dir,
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                f"nodes-{index}.conf",
+                "--cluster-port",
+                str(free_port()),
+                "--cluster-node-timeout",
+                "5000",
+                attempts=1,
+            )
+        except ServerStartError:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def wait_cluster_ok(nodes: Sequence[ValkeyProcess], *, timeout: float = 20.0) -> None:
