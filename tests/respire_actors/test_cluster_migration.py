@@ -62,6 +62,7 @@ async def completed_counts(client: RedisClient, queue: JobQueue[str]) -> Counter
     return counts
 
 
+@pytest.mark.xdist_group("heavy")  # one heavy test at a time under xdist (tests/conftest.py)
 async def test_a_slot_migration_under_load_loses_and_duplicates_nothing(
     own_cluster: Cluster,
 ) -> None:

@@ -76,6 +76,7 @@ def test_a_second_serve_after_serve_dies(
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.xdist_group("heavy")  # one heavy test at a time under xdist (tests/conftest.py)
 def test_twenty_thousand_jobs_then_a_restart_that_loads_slowly(tmp_path: Path) -> None:
     data = tmp_path / "data"
     first = run_cli(
