@@ -21,6 +21,17 @@ Fixtures (see ``tests/helpers`` for the plain functions behind them):
   (cleans up ``unique_name`` keys on every master at teardown).
 
 Servers are shared by every test: never FLUSHALL/FLUSHDB, isolate by unique names.
+
+Parallel runs (pytest-xdist, ``-n 4`` in README's test command; ``--dist loadgroup`` is in
+pyproject's addopts): every worker is its own process with its own session fixtures, so each
+starts its own embedded valkey-server and its own 3-master cluster on free ports (cheap: no
+persistence; and a test that pauses or reconfigures a server cannot stall another worker), and
+``tmp_path_factory`` gives each worker its own base directory. Redis 7.0 on 6379 is shared by
+all workers, as it is with anything else on the machine: names come from ``unique_name``, and
+tests that list the queue registry use a key prefix of their own (the ``prefixed`` fixture in
+jobs/conftest.py). Tests marked ``xdist_group("heavy")`` (tens of thousands of jobs through
+subprocesses, a slot migration under load) run one at a time on one worker, as do the
+``xdist_group("browser")`` Chromium tests. ``-n 0`` runs everything serially.
 """
 
 from __future__ import annotations

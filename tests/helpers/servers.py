@@ -243,10 +243,18 @@ class Cluster:
             node.stop()
 
 
-def _start_node(base_dir: Path, index: int) -> ValkeyProcess:
-    bus = free_port()  # the cluster bus port; start_valkey retries a clash
-    args = cluster_admin.cluster_node_args(bus, f"nodes-{index}.conf", 5000)
-    return start_valkey(base_dir / f"node-{index}", *args)
+def _start_node(base_dir: Path, index: int, attempts: int = 3) -> ValkeyProcess:
+    """One cluster-enabled node. Both its ports are picked free; when another process (another
+    xdist worker, an outgoing connection) takes the bus port first, retry with fresh ports
+    (``start_valkey`` only re-picks the client port)."""
+    for attempt in range(attempts):
+        args = cluster_admin.cluster_node_args(free_port(), f"nodes-{index}.conf", 5000)
+        try:
+            return start_valkey(base_dir / f"node-{index}", *args, attempts=1)
+        except ServerStartError:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 def start_cluster(base_dir: Path, masters: int = 3, *, timeout: float = 20.0) -> Cluster:

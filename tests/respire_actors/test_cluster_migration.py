@@ -62,6 +62,7 @@ async def completed_counts(client: RedisClient, queue: JobQueue[str]) -> Counter
     return counts
 
 
+@pytest.mark.xdist_group("heavy")  # one heavy test at a time under xdist (tests/conftest.py)
 async def test_a_slot_migration_under_load_loses_and_duplicates_nothing(
     own_cluster: Cluster,
 ) -> None:
@@ -108,13 +109,16 @@ async def test_a_slot_migration_under_load_loses_and_duplicates_nothing(
             slot = key_slot(moving.keys.ready)
             source = own_cluster.owner_of(slot)
             target = next(n for n in own_cluster.nodes if n.port != source.port)
-            await anyio.sleep(0.5)
+            # load before and after the move is counted in jobs, not slept for: a loaded machine
+            # (parallel test workers) enqueues far fewer jobs in a fixed time
+            await wait_until(lambda: len(accepted) >= 30, timeout=30)
             migrating.set()
             keep = [moving.keys.ready, moving.keys.events]  # the streams move last
             await anyio.to_thread.run_sync(
                 lambda: own_cluster.migrate_slot(slot, target, hold=HOLD, last=keep)
             )
-            await anyio.sleep(1.0)
+            moved = len(accepted)
+            await wait_until(lambda: len(accepted) >= moved + 30, timeout=30)  # enqueues resume
             done.set()
 
         async with anyio.create_task_group() as tg:

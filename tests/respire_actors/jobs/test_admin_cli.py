@@ -57,6 +57,10 @@ async def add_dead_letters(
 
 @pytest.fixture
 async def busy(client: RedisClient, unique_name: str) -> JobQueue[str]:
+    return await fill_busy_queue(client, unique_name)
+
+
+async def fill_busy_queue(client: RedisClient, unique_name: str) -> JobQueue[str]:
     """A registered queue with 4 ready entries (2 pending for consumer c1), one staged job,
     4 dead letters (2 'nack', 2 'explicit'), an event and a log line."""
     queue = JobQueue(client, unique_name, StrCodec())
@@ -76,14 +80,21 @@ async def busy(client: RedisClient, unique_name: str) -> JobQueue[str]:
     return queue
 
 
-async def test_queues(server_url: str, anyio_backend: str, busy: JobQueue[str]) -> None:
-    result = await cli(server_url, anyio_backend, "queues")
+async def test_queues(
+    prefixed: RedisClient, server_url: str, anyio_backend: str, unique_name: str
+) -> None:
+    """``queues`` lists the registry of the URL's key prefix. The test uses its own prefix (the
+    ``prefixed`` fixture's), so the listing holds its queue only: the unprefixed registry is
+    shared with every other test, xdist worker and process on the server."""
+    busy = await fill_busy_queue(prefixed, unique_name)
+    url = f"{server_url}?key_prefix={unique_name}:"
+    result = await cli(url, anyio_backend, "queues")
     assert result.returncode == 0, result.stderr
-    line = next(line for line in result.stdout.splitlines() if busy.name in line)
+    (line,) = [line for line in result.stdout.splitlines() if unique_name in line]
     cells = [c.strip() for c in line.strip("│ ").split("│")]
     assert cells[:8] == [busy.name, "4", "2", cells[3], "2", "1", "4", "no"]
-    rows = await cli_json(server_url, anyio_backend, "queues")
-    mine = next(r for r in rows if r["name"] == busy.name)
+    (mine,) = await cli_json(url, anyio_backend, "queues")
+    assert mine["name"] == busy.name
     assert (mine["ready"], mine["pending"], mine["scheduled"], mine["dead_letters"]) == (4, 2, 1, 4)
 
 

@@ -31,6 +31,7 @@ from respire_actors.redis.client import RedisClient
 pytestmark = [
     pytest.mark.anyio,
     pytest.mark.slow,
+    pytest.mark.xdist_group("browser"),  # one Chromium at a time under xdist
     pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason="no system Chromium"),
 ]
 

@@ -144,15 +144,20 @@ async def test_under_a_rate_limit_recovery_precedes_new_reads(
     await create_group(client, queue.keys)
     (stale,) = await deliver(client, queue.keys, "crashed")
     await queue.enqueue_many([(f"new{i}", "x") for i in range(3)])
-    await anyio.sleep(0.05)
     source = JobSource(client, queue.keys, queue.keys.dead, "respire")
     # not idle long enough: a normal read (a tenth of the window at most)
     early = await source.read("me", 5, 60_000)
     assert early.status == "ok" and len(early.deliveries) == 3 and early.pace_ms == 100
     await queue.enqueue("new3", "x")
+    # the crashed consumer's entry has been idle for 10 minutes (set, not slept: the entries
+    # just read by "me" must stay below the 60 s visibility timeout however slow the machine)
+    await client.execute(
+        "XCLAIM", queue.keys.ready, "respire", "crashed", 0, stale.entry_id,
+        "IDLE", 600_000, "JUSTID",
+    )  # fmt: skip
     # idle past the visibility timeout: the read sends the reader to recover it first
-    reply = await source.read("me", 5, 10)
+    reply = await source.read("me", 5, 60_000)
     assert reply.status == "recover" and reply.last_id == stale.entry_id
-    page = await source.claim("me", "recover", reply.last_id, 5, 10, 5)
+    page = await source.claim("me", "recover", reply.last_id, 5, 60_000, 5)
     assert [d.entry_id for d in page.deliveries] == [stale.entry_id]
     assert (await source.read("me", 5, 60_000)).status == "ok"  # nothing that stale: reads go on

@@ -230,6 +230,13 @@ async def test_a_crash_before_the_retry_transition_leaves_the_entry_for_recovery
     await queue.enqueue("a", "x")
     await create_group(client, queue.keys)
     (crashed,) = await deliver(client, queue.keys, "crashed")
+    # the crashed consumer's delivery has been idle for 10 minutes (set, not slept): the live
+    # worker recovers it at once, while its own leases (5 s) cannot expire however slow the
+    # machine is (a 100 ms lease was lost under load, and the job ran a third time)
+    await client.execute(
+        "XCLAIM", queue.keys.ready, "respire", "crashed", 0, crashed.entry_id,
+        "IDLE", 600_000, "JUSTID",
+    )  # fmt: skip
     assert await xlen(client, queue.keys.scheduled) == 0
     seen: list[tuple[int, int]] = []
 
@@ -240,7 +247,7 @@ async def test_a_crash_before_the_retry_transition_leaves_the_entry_for_recovery
         return None
 
     qo = sched_options(retry_backoff=timedelta(milliseconds=1))
-    options = fast_options(visibility_timeout=0.1)
+    options = fast_options(visibility_timeout=5)
     async with scheduling_worker(
         client, queue.name, handler, queue_options=qo, options=options
     ) as worker:

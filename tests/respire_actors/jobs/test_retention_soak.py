@@ -14,7 +14,8 @@ import pytest
 from helpers.cli import ROOT, cli_env
 from helpers.servers import ValkeyProcess
 
-pytestmark = pytest.mark.slow
+# one heavy test at a time under xdist (see tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("heavy")]
 
 JOBS = 50_000
 MB = 1024 * 1024
