@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import anyio
-from _common import print_table, top_level_usec
+from _common import top_level_usec
 
 from respire_actors import ACK, BytesCodec, Job, JobQueue, Worker, WorkerOptions, connect
 from respire_actors.keys import JobQueueKeys, job_queue_key_pattern
@@ -307,6 +307,7 @@ class RunResult:
     process_rate: float
     server_us: float
     command_us: float
+    enqueue_server_us: float | None  # backlog runs: the enqueue phase alone
     busiest: float
     clients_busy: float
     shard_us: list[float]
@@ -351,8 +352,10 @@ def run_once(topology: Topology, processes: int, args: argparse.Namespace) -> Ru
         go.set()
         reports = []
         drain_start = start
+        middle = before
         if args.backlog:
             reports = [events.get(timeout=RUN_TIMEOUT) for _ in range(processes)]
+            middle = [sample(n) for n in topology.nodes]
             drain_start = time.monotonic()
             drain.set()
         deadline = start + RUN_TIMEOUT
@@ -378,6 +381,12 @@ def run_once(topology: Topology, processes: int, args: argparse.Namespace) -> Ru
     enqueue_wall = max(p[2] for p in producers) - start
     process_wall = max(w[2] for w in workers) - drain_start
     cpu = [a.cpu - b.cpu for a, b in zip(after, before, strict=True)]
+    enqueue_cpu = sum(m.cpu - b.cpu for m, b in zip(middle, before, strict=True))
+    processing_cpu = [a.cpu - m.cpu for a, m in zip(after, middle, strict=True)]
+    # backlog runs: producers finished before the processing wall time started
+    busy_clients = sum(w[3] for w in workers) + (
+        0 if args.backlog else sum(p[3] for p in producers)
+    )
     per_queue = jobs_per_queue(workload, processes)
     shard_us = []
     for node, node_cpu in zip(topology.nodes, cpu, strict=True):
@@ -393,8 +402,9 @@ def run_once(topology: Topology, processes: int, args: argparse.Namespace) -> Ru
         server_us=sum(cpu) * 1e6 / total,
         command_us=sum(a.command_usec - b.command_usec for a, b in zip(after, before, strict=True))
         / total,
-        busiest=max(cpu) / process_wall,
-        clients_busy=(sum(p[3] for p in producers) + sum(w[3] for w in workers)) / process_wall,
+        enqueue_server_us=enqueue_cpu * 1e6 / total if args.backlog else None,
+        busiest=max(processing_cpu) / process_wall,
+        clients_busy=busy_clients / process_wall,
         shard_us=shard_us,
         producer_us=sum(p[3] for p in producers) * 1e6 / total,
         worker_us=sum(w[3] for w in workers) * 1e6 / total,
@@ -412,47 +422,38 @@ def span(values: Sequence[float], fmt: str = ",.0f") -> str:
     return f"{lo:{fmt}}-{hi:{fmt}}"
 
 
-@dataclass
-class Summary:
-    results: list[RunResult] = field(default_factory=list)
-
-    def rows(self) -> list[tuple[str, str]]:
-        rows = []
-        keys = sorted({(r.topology, r.processes) for r in self.results})
-        for topology, processes in keys:
-            runs = [r for r in self.results if (r.topology, r.processes) == (topology, processes)]
-            label = f"{topology}, {processes}+{processes} processes ({len(runs)} runs)"
-            shards = ""
-            if len(runs[0].shard_us) > 1:
-                per = [
-                    span([r.shard_us[i] for r in runs], ".1f") for i in range(len(runs[0].shard_us))
-                ]
-                shards = f"; per shard {' / '.join(per)} µs/job"
-            rows.append(
-                (
-                    label,
-                    f"enqueue {span([r.enqueue_rate for r in runs])} jobs/s, "
-                    f"processed {span([r.process_rate for r in runs])} jobs/s",
-                )
-            )
-            rows.append(
-                (
-                    "  server",
-                    f"{span([r.server_us for r in runs], '.1f')} µs/job "
-                    f"(in commands {span([r.command_us for r in runs], '.1f')}), "
-                    f"busiest core {span([r.busiest * 100 for r in runs])}%{shards}",
-                )
-            )
-            rows.append(
-                (
-                    "  clients",
-                    f"producers {span([r.producer_us for r in runs], '.1f')} µs/job, "
-                    f"workers {span([r.worker_us for r in runs], '.1f')} µs/job, "
-                    f"{span([r.round_trips for r in runs], '.3f')} round trips/job, "
-                    f"busy {span([r.clients_busy * 100 for r in runs])}% of a core",
-                )
-            )
-        return rows
+def summary_table(results: Sequence[RunResult]) -> None:
+    """One markdown row per configuration, min-max over its runs."""
+    header = (
+        "| configuration | runs | enqueue jobs/s | processed jobs/s | server µs/job "
+        "| in commands µs/job | per-shard µs/job | busiest server core | client µs/job "
+        "(producers + workers) | clients busy (cores) | round trips/job |"
+    )
+    print(header)
+    print("|" + " --- |" * (header.count("|") - 1))
+    for topology, processes in dict.fromkeys((r.topology, r.processes) for r in results):
+        runs = [r for r in results if (r.topology, r.processes) == (topology, processes)]
+        server = span([r.server_us for r in runs], ".1f")
+        if runs[0].enqueue_server_us is not None:
+            server += f" (enqueue {span([r.enqueue_server_us or 0.0 for r in runs], '.1f')})"
+        shards = " / ".join(
+            span([r.shard_us[i] for r in runs], ".1f") for i in range(len(runs[0].shard_us))
+        )
+        cells = [
+            f"{topology}, {processes}+{processes}",
+            str(len(runs)),
+            span([r.enqueue_rate for r in runs]),
+            span([r.process_rate for r in runs]),
+            server,
+            span([r.command_us for r in runs], ".1f"),
+            shards if len(runs[0].shard_us) > 1 else "",
+            f"{span([r.busiest * 100 for r in runs])}%",
+            f"{span([r.producer_us for r in runs], '.1f')} + "
+            f"{span([r.worker_us for r in runs], '.1f')}",
+            span([r.clients_busy for r in runs], ".2f"),
+            span([r.round_trips for r in runs], ".3f"),
+        ]
+        print("| " + " | ".join(cells) + " |")
 
 
 def describe(r: RunResult) -> str:
@@ -528,7 +529,7 @@ def main() -> None:
     )
     if args.pin:
         os.sched_setaffinity(0, {CLIENT_CORE})
-    summary = Summary()
+    results: list[RunResult] = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         topologies = start_topologies(Path(tmp), wanted, args.pin)
         try:
@@ -544,7 +545,7 @@ def main() -> None:
                 for processes in counts:
                     for topology in topologies:
                         result = run_once(topology, processes, args)
-                        summary.results.append(result)
+                        results.append(result)
                         print(describe(result), flush=True)
         finally:
             for t in topologies:
@@ -553,7 +554,7 @@ def main() -> None:
                 else:
                     for node in t.nodes:
                         node.stop()
-    print_table(summary.rows())
+    summary_table(results)
 
 
 if __name__ == "__main__":
