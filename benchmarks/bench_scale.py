@@ -32,6 +32,7 @@ import argparse
 import multiprocessing
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -302,6 +303,7 @@ class Topology:
 class RunResult:
     topology: str
     processes: int
+    repeat: int
     jobs: int
     enqueue_rate: float
     process_rate: float
@@ -316,7 +318,9 @@ class RunResult:
     round_trips: float
 
 
-def run_once(topology: Topology, processes: int, args: argparse.Namespace) -> RunResult:
+def run_once(
+    topology: Topology, processes: int, repeat: int, args: argparse.Namespace
+) -> RunResult:
     ctx = multiprocessing.get_context("spawn")
     names = topology.queue_names(uuid.uuid4().hex[:8])
     per_producer = args.jobs // processes
@@ -396,6 +400,7 @@ def run_once(topology: Topology, processes: int, args: argparse.Namespace) -> Ru
     return RunResult(
         topology=topology.label,
         processes=processes,
+        repeat=repeat,
         jobs=total,
         enqueue_rate=total / enqueue_wall,
         process_rate=total / process_wall,
@@ -454,6 +459,25 @@ def summary_table(results: Sequence[RunResult]) -> None:
             span([r.round_trips for r in runs], ".3f"),
         ]
         print("| " + " | ".join(cells) + " |")
+    for topology in dict.fromkeys(r.topology for r in results if r.topology != "single"):
+        ratios = paired_ratios(results, topology)
+        if ratios:
+            print(
+                f"{topology}: per-shard server CPU per job / single server's, runs paired by "
+                f"round and process count: {span(ratios, '.2f')} "
+                f"(median {statistics.median(ratios):.2f}, {len(ratios)} pairs)"
+            )
+
+
+def paired_ratios(results: Sequence[RunResult], topology: str) -> list[float]:
+    """Each run's mean per-shard server CPU per job over the single-server run of the same
+    round and process count (run right next to it, so a slow phase of the machine hits both)."""
+    single = {(r.repeat, r.processes): r for r in results if r.topology == "single"}
+    return [
+        statistics.fmean(r.shard_us) / single[(r.repeat, r.processes)].server_us
+        for r in results
+        if r.topology == topology and (r.repeat, r.processes) in single
+    ]
 
 
 def describe(r: RunResult) -> str:
@@ -541,10 +565,10 @@ def main() -> None:
                 idle = " / ".join(f"{c * 1e6:,.0f}" for c in t.idle_cpu)
                 print(f"{t.label}: idle server CPU {idle} µs per second")
             # interleaved, so slow phases of the machine hit every configuration alike
-            for _ in range(args.repeat):
+            for repeat in range(args.repeat):
                 for processes in counts:
                     for topology in topologies:
-                        result = run_once(topology, processes, args)
+                        result = run_once(topology, processes, repeat, args)
                         results.append(result)
                         print(describe(result), flush=True)
         finally:
