@@ -310,6 +310,7 @@ class RunResult:
     server_us: float
     command_us: float
     enqueue_server_us: float | None  # backlog runs: the enqueue phase alone
+    enqueue_busiest: float | None  # backlog runs: busiest server core while enqueueing
     busiest: float
     clients_busy: float
     shard_us: list[float]
@@ -408,6 +409,10 @@ def run_once(
         command_us=sum(a.command_usec - b.command_usec for a, b in zip(after, before, strict=True))
         / total,
         enqueue_server_us=enqueue_cpu * 1e6 / total if args.backlog else None,
+        enqueue_busiest=max(m.cpu - b.cpu for m, b in zip(middle, before, strict=True))
+        / enqueue_wall
+        if args.backlog
+        else None,
         busiest=max(processing_cpu) / process_wall,
         clients_busy=busy_clients / process_wall,
         shard_us=shard_us,
@@ -440,7 +445,10 @@ def summary_table(results: Sequence[RunResult]) -> None:
         runs = [r for r in results if (r.topology, r.processes) == (topology, processes)]
         server = span([r.server_us for r in runs], ".1f")
         if runs[0].enqueue_server_us is not None:
-            server += f" (enqueue {span([r.enqueue_server_us or 0.0 for r in runs], '.1f')})"
+            server += (
+                f" (enqueue {span([r.enqueue_server_us or 0.0 for r in runs], '.1f')}, "
+                f"its busiest core {span([(r.enqueue_busiest or 0.0) * 100 for r in runs])}%)"
+            )
         shards = " / ".join(
             span([r.shard_us[i] for r in runs], ".1f") for i in range(len(runs[0].shard_us))
         )
@@ -489,6 +497,12 @@ def describe(r: RunResult) -> str:
         f"producers {r.producer_us:.1f} + workers {r.worker_us:.1f} µs/job "
         f"(busy {r.clients_busy:.0%}), "
         f"{r.round_trips:.3f} trips/job, load {os.getloadavg()[0]:.1f}"
+        + (
+            f"; enqueue phase: server {r.enqueue_server_us:.1f} µs/job, busiest "
+            f"{r.enqueue_busiest:.0%}"
+            if r.enqueue_server_us is not None and r.enqueue_busiest is not None
+            else ""
+        )
     )
 
 
