@@ -84,22 +84,28 @@ class Workload:
 class QueueSet(Protocol):
     """The queues of one workload, as producers and workers see them."""
 
-    async def enqueue(self, chunk_index: int, jobs: list[tuple[str, bytes]]) -> None: ...
+    async def enqueue(self, spread: int, jobs: list[tuple[str, bytes]]) -> None:
+        """Enqueue one chunk; ``spread`` is a round-robin counter a set of several queues uses
+        to pick the chunk's queue."""
+        ...
 
     def register(self, worker: Worker, handler: Callable[[Job[bytes]], Awaitable[Any]]) -> None: ...
 
-    def registrations(self) -> list[str]: ...
+    def registrations(self) -> list[str]:
+        """The names registered on a worker (per-shard figures count acknowledgements by them)."""
+        ...
 
 
 @dataclass
 class PlainQueues:
-    """K plain job queues: chunk i goes to queue i mod K; workers register every queue."""
+    """K plain job queues: a chunk goes to queue ``spread`` mod K; workers register every
+    queue."""
 
     queues: list[JobQueue[bytes]]
     options: WorkerOptions
 
-    async def enqueue(self, chunk_index: int, jobs: list[tuple[str, bytes]]) -> None:
-        await self.queues[chunk_index % len(self.queues)].enqueue_many(jobs)
+    async def enqueue(self, spread: int, jobs: list[tuple[str, bytes]]) -> None:
+        await self.queues[spread % len(self.queues)].enqueue_many(jobs)
 
     def register(self, worker: Worker, handler: Callable[[Job[bytes]], Awaitable[Any]]) -> None:
         for q in self.queues:
@@ -117,20 +123,6 @@ def plain_queues(client: RedisClient, workload: Workload) -> QueueSet:
 # A partitioned queue type becomes one more entry here (its factory builds one queue object
 # from workload.names[0] and the partition count; enqueue and register delegate to it).
 QUEUE_FACTORIES: dict[str, Callable[[RedisClient, Workload], QueueSet]] = {"plain": plain_queues}
-
-
-def chunk_target(producer: int, chunk_index: int, queues: int) -> int:
-    """The queue (index) that a producer's chunk goes to, when the factory spreads by chunk."""
-    return (producer + chunk_index) % queues
-
-
-def jobs_per_queue(workload: Workload, producers: int) -> list[int]:
-    counts = [0] * len(workload.names)
-    for p in range(producers):
-        for c, start in enumerate(range(0, workload.jobs_per_producer, workload.chunk)):
-            size = min(workload.chunk, workload.jobs_per_producer - start)
-            counts[chunk_target(p, c, len(counts))] += size
-    return counts
 
 
 # -- the client processes -------------------------------------------------------------------
@@ -160,7 +152,7 @@ def producer_main(workload: Workload, index: int, events: Any, go: Any) -> None:
             await anyio.to_thread.run_sync(go.wait)
             cpu, trips = time.process_time(), client.round_trips
             for c, jobs in enumerate(chunks):
-                await queues.enqueue(chunk_target(index, c, len(workload.names)), jobs)
+                await queues.enqueue(index + c, jobs)
             events.put(
                 (
                     "producer",
@@ -208,7 +200,8 @@ def worker_main(
                     await anyio.sleep(0.005)
                 await worker.stop()
                 tg.cancel_scope.cancel()
-            events.put(("worker", index, last[1], last[2] - cpu, last[3] - trips, last[0]))
+            per_name = {n: worker.statistics(n).acked for n in names}
+            events.put(("worker", index, last[1], last[2] - cpu, last[3] - trips, per_name))
 
     profile_dir = os.environ.get("BENCH_SCALE_PROFILE")
     if profile_dir:  # a cProfile dump per worker process, to see where client CPU goes
@@ -382,7 +375,11 @@ def run_once(
                 child.join()
     producers = [r for r in reports if r[0] == "producer"]
     workers = [r for r in reports if r[0] == "worker"]
-    assert sum(w[5] for w in workers) == total, "every job acknowledged exactly once"
+    acked_by_name: dict[str, int] = {}
+    for w in workers:
+        for name, count in w[5].items():
+            acked_by_name[name] = acked_by_name.get(name, 0) + count
+    assert sum(acked_by_name.values()) == total, "every job acknowledged exactly once"
     enqueue_wall = max(p[2] for p in producers) - start
     process_wall = max(w[2] for w in workers) - drain_start
     cpu = [a.cpu - b.cpu for a, b in zip(after, before, strict=True)]
@@ -392,10 +389,9 @@ def run_once(
     busy_clients = sum(w[3] for w in workers) + (
         0 if args.backlog else sum(p[3] for p in producers)
     )
-    per_queue = jobs_per_queue(workload, processes)
     shard_us = []
     for node, node_cpu in zip(topology.nodes, cpu, strict=True):
-        jobs = sum(j for n, j in zip(names, per_queue, strict=True) if topology.owner(n) is node)
+        jobs = sum(j for n, j in acked_by_name.items() if topology.owner(n) is node)
         shard_us.append(node_cpu * 1e6 / jobs)
     topology.cleanup(names)
     return RunResult(
