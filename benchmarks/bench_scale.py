@@ -29,6 +29,8 @@ Other processes on the machine change the wall rates a lot; the CPU figures per 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import multiprocessing
 import os
 import platform
@@ -266,7 +268,8 @@ class Topology:
                     break
                 i += 1
         owners = {self.owner(n).port for n in names}
-        assert len(owners) == len(self.nodes), f"queues share a master: {names}"
+        if len(owners) != len(self.nodes):
+            raise RuntimeError(f"queues share a master: {names}")
         return tuple(names)
 
     def owner(self, name: str) -> ValkeyProcess:
@@ -344,7 +347,8 @@ def run_once(
     try:
         for _ in children:
             kind, *_rest = events.get(timeout=60)
-            assert kind == "ready", kind
+            if kind != "ready":
+                raise RuntimeError(f"a client process reported {kind!r} before it was ready")
         before = [sample(n) for n in topology.nodes]
         start = time.monotonic()
         go.set()
@@ -379,7 +383,8 @@ def run_once(
     for w in workers:
         for name, count in w[5].items():
             acked_by_name[name] = acked_by_name.get(name, 0) + count
-    assert sum(acked_by_name.values()) == total, "every job acknowledged exactly once"
+    if sum(acked_by_name.values()) != total:
+        raise RuntimeError(f"{sum(acked_by_name.values())} acknowledgements for {total} jobs")
     enqueue_wall = max(p[2] for p in producers) - start
     process_wall = max(w[2] for w in workers) - drain_start
     cpu = [a.cpu - b.cpu for a, b in zip(after, before, strict=True)]
@@ -549,6 +554,7 @@ def main() -> None:
     parser.add_argument(
         "--backlog", action="store_true", help="workers start after every job is enqueued"
     )
+    parser.add_argument("--json", action="store_true", help="end with one JSON line of all runs")
     args = parser.parse_args()
     counts = [int(p) for p in args.processes.split(",")]
     wanted = args.topology.split(",")
@@ -589,6 +595,8 @@ def main() -> None:
                     for node in t.nodes:
                         node.stop()
     summary_table(results)
+    if args.json:
+        print(json.dumps([dataclasses.asdict(r) for r in results]))
 
 
 if __name__ == "__main__":
