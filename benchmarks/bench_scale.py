@@ -232,14 +232,16 @@ def pin_process(pid: int, core: int) -> None:
 class ServerSample:
     cpu: float  # seconds, user + sys, all threads
     command_usec: int  # µs in the runtime's top-level commands
+    reads: int  # socket reads the server processed (INFO stats total_reads_processed)
 
 
 def sample(node: ValkeyProcess) -> ServerSample:
     with node.sync_client() as conn:
         cpu = info_fields(conn.execute("INFO", "cpu"))
         stats = conn.execute("INFO", "commandstats")
+        reads = info_fields(conn.execute("INFO", "stats")).get("total_reads_processed", "0")
     return ServerSample(
-        float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), top_level_usec(stats)
+        float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), top_level_usec(stats), int(reads)
     )
 
 
@@ -307,6 +309,7 @@ class RunResult:
     command_us: float
     enqueue_server_us: float | None  # backlog runs: the enqueue phase alone
     enqueue_busiest: float | None  # backlog runs: busiest server core while enqueueing
+    reads_per_job: float  # socket reads the server(s) processed per job
     busiest: float
     clients_busy: float
     shard_us: list[float]
@@ -414,6 +417,7 @@ def run_once(
         / enqueue_wall
         if args.backlog
         else None,
+        reads_per_job=sum(a.reads - b.reads for a, b in zip(after, before, strict=True)) / total,
         busiest=max(processing_cpu) / process_wall,
         clients_busy=busy_clients / process_wall,
         shard_us=shard_us,
@@ -497,7 +501,8 @@ def describe(r: RunResult) -> str:
         f"(commands {r.command_us:.1f}; shards {shards}), busiest {r.busiest:.0%}, "
         f"producers {r.producer_us:.1f} + workers {r.worker_us:.1f} µs/job "
         f"(busy {r.clients_busy:.0%}), "
-        f"{r.round_trips:.3f} trips/job, load {os.getloadavg()[0]:.1f}"
+        f"{r.round_trips:.3f} trips/job, server reads {r.reads_per_job:.3f}/job, "
+        f"load {os.getloadavg()[0]:.1f}"
         + (
             f"; enqueue phase: server {r.enqueue_server_us:.1f} µs/job, busiest "
             f"{r.enqueue_busiest:.0%}"
