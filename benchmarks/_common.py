@@ -31,6 +31,23 @@ async def cleanup(client: Any, queue: Any) -> None:
             return
 
 
+# Commands a client sends itself. Commands a script runs are counted twice by the server (in the
+# script's EVALSHA time and under their own name), so only these top-level ones are summed.
+TOP_LEVEL_COMMANDS = ("cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_xread:", "cmdstat_xreadgroup:")
+
+
+def top_level_usec(commandstats: bytes | str) -> int:
+    """Server CPU (µs) spent so far in the commands the runtime sends, from the text of
+    ``INFO commandstats``."""
+    text = commandstats.decode() if isinstance(commandstats, bytes) else str(commandstats)
+    total = 0
+    for line in text.splitlines():
+        if line.startswith(TOP_LEVEL_COMMANDS):
+            fields = dict(kv.split("=", 1) for kv in line.partition(":")[2].split(","))
+            total += int(fields["usec"])
+    return total
+
+
 def print_table(rows: Sequence[tuple[str, str]]) -> None:
     width = max(len(r[0]) for r in rows)
     print(f"{'measure':<{width}}  result")

@@ -14,7 +14,7 @@ import time
 import uuid
 
 import anyio
-from _common import cleanup, print_table, run_benchmark
+from _common import cleanup, print_table, run_benchmark, top_level_usec
 
 from respire_actors import (
     ACK,
@@ -58,20 +58,9 @@ def _counting_handler(n: int):
     return done, handler
 
 
-# Commands the client sends itself. Commands a script runs are counted twice by the server (in
-# the script's EVALSHA time and under their own name), so only these top-level ones are summed.
-_TOP_LEVEL = ("cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_xread:", "cmdstat_xreadgroup:")
-
-
 async def server_usec(client) -> int:
     """Server CPU (µs) spent so far in the commands this runtime sends (``INFO commandstats``)."""
-    text = await client.execute("INFO", "commandstats")
-    total = 0
-    for line in (text.decode() if isinstance(text, bytes) else str(text)).splitlines():
-        if line.startswith(_TOP_LEVEL):
-            fields = dict(kv.split("=", 1) for kv in line.partition(":")[2].split(","))
-            total += int(fields["usec"])
-    return total
+    return top_level_usec(await client.execute("INFO", "commandstats"))
 
 
 SERVER_USEC_PER_JOB: dict[int, float] = {}

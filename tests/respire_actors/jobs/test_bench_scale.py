@@ -1,0 +1,41 @@
+"""benchmarks/bench_scale.py end to end, small: real producer and worker processes against a
+server and a 3-master cluster it starts itself. Every job must be acknowledged exactly once (the
+benchmark checks it and fails otherwise), each cluster queue must sit on its own master, and
+every figure the performance notes rest on must be there and plausible."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from helpers.cli import ROOT, cli_env
+
+pytestmark = pytest.mark.slow
+
+JOBS = 600
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_the_scale_benchmark_reports_every_layout(backend: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "benchmarks/bench_scale.py", "--backend", backend, "--jobs", str(JOBS),
+         "--processes", "2", "--repeat", "1", "--chunk", "50", "--topology", "single,cluster",
+         "--no-pin", "--json"],
+        cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=110, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    runs = {r["topology"]: r for r in json.loads(result.stdout.strip().splitlines()[-1])}
+    assert set(runs) == {"single", "cluster"}
+    for run in runs.values():
+        assert run["jobs"] == JOBS
+        assert run["process_rate"] > 0 and run["enqueue_rate"] > 0
+        assert run["server_us"] > 0 and run["producer_us"] > 0 and run["worker_us"] > 0
+        # pipelined enqueues and batched reads and completions: far below one round trip a job
+        assert 0 < run["round_trips"] < 0.5
+    assert len(runs["single"]["shard_us"]) == 1
+    # one queue per master, each master did its share of the work
+    assert len(runs["cluster"]["shard_us"]) == 3
+    assert all(us > 0 for us in runs["cluster"]["shard_us"])
