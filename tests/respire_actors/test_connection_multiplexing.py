@@ -34,6 +34,7 @@ async def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0) ->
 policies = st.one_of(st.just("none"), st.just("before"), st.integers(min_value=0, max_value=6))
 
 
+@pytest.mark.timeout(300)  # four examples of up to 2,500 callers each; slow on a loaded machine
 @settings(
     max_examples=4,
     deadline=None,
