@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +25,9 @@ from .. import faults
 from ..codecs import JsonValueCodec
 from ..redis.client import connect
 from ..reliable import ReliableQueue
+from . import process_main
 from .ledger import Ledger
+from .process_main import kill_self, stop_on_signal, write_ready
 
 
 async def _consume(queue: ReliableQueue[Any], effects: Ledger, visibility: float) -> None:
@@ -41,10 +42,10 @@ async def _consume(queue: ReliableQueue[Any], effects: Ledger, visibility: float
         line = {"job": job, "attempt": message.delivery_count, "pid": os.getpid()}
         kill = spec.get("kill") if message.delivery_count == 1 else None
         if kill == "after-delivery":
-            os.kill(os.getpid(), signal.SIGKILL)
+            kill_self()
         effects.record(kind="effect", entry=message.id, **line)
         if kill == "mid-handler":
-            os.kill(os.getpid(), signal.SIGKILL)
+            kill_self()
         if kill in ("before-ack", "after-ack"):
             faults.arm(f"reliable.{kill}:kill")
         acked = await queue.ack(message)
@@ -56,33 +57,17 @@ async def _main(args: argparse.Namespace) -> None:
     with Ledger(Path(args.effects)) as effects:
         async with connect(args.url) as client, anyio.create_task_group() as tg:
             queue = ReliableQueue(client, args.queue, JsonValueCodec())
-            if args.ready_file:
-                await anyio.Path(args.ready_file).write_text(str(os.getpid()))
-
-            async def stop_on_sigterm() -> None:
-                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                    async for _ in signals:
-                        tg.cancel_scope.cancel()
-                        return
-
-            tg.start_soon(stop_on_sigterm)
+            await write_ready(args.ready_file)
+            stop_on_signal(tg, tg.cancel_scope.cancel)
             await _consume(queue, effects, args.visibility_ms / 1000)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m respire_actors.chaos.reliable_worker")
-    p.add_argument("--url", required=True)
-    p.add_argument("--queue", required=True)
-    p.add_argument("--effects", required=True, help="the effect ledger (JSON lines)")
-    p.add_argument("--ready-file")
-    p.add_argument("--backend", default="asyncio", choices=["asyncio", "trio"])
-    p.add_argument("--visibility-ms", type=int, default=1000)
-    return p
+    return process_main.parser("respire_actors.chaos.reliable_worker", visibility_ms=1000)
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    anyio.run(_main, args, backend=args.backend)
+    process_main.run(_main, parser(), argv)
 
 
 if __name__ == "__main__":

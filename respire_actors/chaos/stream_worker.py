@@ -15,19 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import anyio
-
 from .. import faults
 from ..actors.messages import ACK
-from ..redis.client import connect
 from ..streams import StreamEntry, StreamWorker, StreamWorkerOptions
+from . import process_main
 from .ledger import Ledger
-from .worker import _holds, _killed_before
+from .process_main import holds, kill_self, killed_before, serve
 
 GROUP = "chaos"
 
@@ -50,16 +47,16 @@ def build(args: argparse.Namespace, effects: Ledger) -> StreamWorker:
         job = str(spec.get("id", entry.id))
         line = {"job": job, "entry": entry.id, "attempt": entry.attempt, "pid": os.getpid()}
         kill = spec.get("kill")
-        kill_now = kill and not _killed_before(effects.path, job)
+        kill_now = kill and not killed_before(effects.path, job)
         if kill_now:
             effects.record(kind="kill", point=kill, **line)
         if kill_now and kill == "after-delivery":
-            os.kill(os.getpid(), signal.SIGKILL)
+            kill_self()
         effects.record(kind="effect", **line)
         if kill_now and kill == "mid-handler":
-            os.kill(os.getpid(), signal.SIGKILL)
+            kill_self()
         if kill_now and kill in ("before-commit", "after-commit"):
-            faults.arm(f"completer.{kill}:kill", when=_holds(entry.id))
+            faults.arm(f"completer.{kill}:kill", when=holds(entry.id))
         return ACK
 
     return workers
@@ -68,35 +65,17 @@ def build(args: argparse.Namespace, effects: Ledger) -> StreamWorker:
 async def _main(args: argparse.Namespace) -> None:
     faults.arm_from_environment()
     with Ledger(Path(args.effects)) as effects:
-        workers = build(args, effects)
-        async with connect(args.url) as client, anyio.create_task_group() as tg:
-            await tg.start(workers.run, client)
-            if args.ready_file:
-                await anyio.Path(args.ready_file).write_text(str(os.getpid()))
-
-            async def stop_on_sigterm() -> None:
-                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                    async for _ in signals:
-                        workers.request_stop()
-                        return
-
-            tg.start_soon(stop_on_sigterm)
+        await serve(args.url, args.ready_file, build(args, effects))
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m respire_actors.chaos.stream_worker")
-    p.add_argument("--url", required=True)
-    p.add_argument("--queue", required=True, help="the stream key")
-    p.add_argument("--effects", required=True, help="the effect ledger (JSON lines)")
-    p.add_argument("--ready-file")
-    p.add_argument("--backend", default="asyncio", choices=["asyncio", "trio"])
-    p.add_argument("--visibility-ms", type=int, default=1000)
-    return p
+    return process_main.parser(
+        "respire_actors.chaos.stream_worker", visibility_ms=1000, queue_help="the stream key"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    anyio.run(_main, args, backend=args.backend)
+    process_main.run(_main, parser(), argv)
 
 
 if __name__ == "__main__":

@@ -57,9 +57,7 @@ import argparse
 import json
 import logging
 import os
-import signal
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -71,33 +69,14 @@ from .. import faults
 from ..actors.messages import DeadLetter
 from ..codecs import JsonValueCodec
 from ..jobs import ACK, Job, QueueOptions, Worker, WorkerOptions
-from ..redis.client import connect
 from ..streams import StreamEntry, StreamWorker, StreamWorkerOptions
-from .ledger import Ledger, read_ledger
+from . import process_main
+from .ledger import Ledger
+from .process_main import holds, kill_self, killed_before, serve
 
 
 class HandlerFailure(RuntimeError):
     """The failure a chaos job asked for."""
-
-
-def _kill_self() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _killed_before(effects: Path, job_id: str) -> bool:
-    """Whether a ``kill`` line for ``job_id`` is in the effects ledger (any process)."""
-    return any(
-        line.get("kind") == "kill" and line["job"] == job_id for line in read_ledger(effects)
-    )
-
-
-def _holds(entry_id: str) -> Callable[[object], bool]:
-    """A fault predicate: the completer's batch holds the outcome of this entry."""
-
-    def holds(batch: object) -> bool:
-        return isinstance(batch, list) and any(c.delivery.entry_id == entry_id for c in batch)
-
-    return holds
 
 
 @dataclass(frozen=True)
@@ -148,7 +127,7 @@ async def _behave(spec: dict[str, Any], run: Run, effects: Ledger, common: dict[
         kill_now = (
             kill
             and run.total >= int(spec.get("kill_from_total", 1))
-            and not _killed_before(effects.path, run.job_id)
+            and not killed_before(effects.path, run.job_id)
         )
         if kill_now:
             effects.record(kind="kill", point=kill, **common)
@@ -157,7 +136,7 @@ async def _behave(spec: dict[str, Any], run: Run, effects: Ledger, common: dict[
     else:
         kill_now = kill and run.attempt == int(spec.get("kill_attempt", 1))
     if kill_now and kill == "after-delivery":
-        _kill_self()
+        kill_self()
     if spec.get("stall") and run.attempt <= int(spec.get("stall_attempts", 1)):
         await anyio.sleep(float(spec["stall"]))
     if spec.get("sleep"):
@@ -178,11 +157,11 @@ async def _behave(spec: dict[str, Any], run: Run, effects: Ledger, common: dict[
         kind="effect", entry=run.entry, total=run.total, running=_running, at=time.time(), **common
     )
     if kill_now and kill == "mid-handler":
-        _kill_self()
+        kill_self()
     if kill_now and kill in ("before-commit", "after-commit"):
         # only at the commit of the batch holding this job's outcome (an earlier batch may
         # be in flight when the handler returns)
-        faults.arm(f"completer.{kill}:kill", when=_holds(run.entry))
+        faults.arm(f"completer.{kill}:kill", when=holds(run.entry))
     if fail == "ambiguous" and failing:
         raise HandlerFailure("the effect happened but the call failed")
     if spec.get("result"):
@@ -276,33 +255,17 @@ async def _main(args: argparse.Namespace) -> None:
             telemetry.setLevel(logging.INFO)
             telemetry.addHandler(_RecoveryPasses(effects))
         if args.stream_start_id:
-            await _serve(args, build_stream_worker(args, effects))
+            await serve(
+                args.url, args.ready_file, build_stream_worker(args, effects), **_credentials(args)
+            )
             return
         worker = build_worker(args, effects)
         try:
-            await _serve(args, worker)
+            await serve(args.url, args.ready_file, worker, **_credentials(args))
         finally:
             if args.stats_file:
                 stats = asdict(worker.statistics(args.queue))
                 await anyio.Path(args.stats_file).write_text(json.dumps(stats))
-
-
-async def _serve(args: argparse.Namespace, worker: Worker | StreamWorker) -> None:
-    async with (
-        connect(args.url, **_credentials(args)) as client,
-        anyio.create_task_group() as tg,
-    ):
-        await tg.start(worker.run, client)
-        if args.ready_file:
-            await anyio.Path(args.ready_file).write_text(str(os.getpid()))
-
-        async def stop_on_sigterm() -> None:
-            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                async for _ in signals:
-                    worker.request_stop()
-                    return
-
-        tg.start_soon(stop_on_sigterm)
 
 
 def _credentials(args: argparse.Namespace) -> dict[str, Any]:
@@ -317,14 +280,8 @@ def _credentials(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m respire_actors.chaos.worker")
-    p.add_argument("--url", required=True)
-    p.add_argument("--queue", required=True)
-    p.add_argument("--effects", required=True, help="the effect ledger (JSON lines)")
-    p.add_argument("--ready-file")
-    p.add_argument("--backend", default="asyncio", choices=["asyncio", "trio"])
+    p = process_main.parser("respire_actors.chaos.worker", visibility_ms=2000)
     p.add_argument("--consumers", type=int, default=8)
-    p.add_argument("--visibility-ms", type=int, default=2000)
     p.add_argument("--recovery-ms", type=int, default=250)
     p.add_argument("--delivery-limit", type=int, default=5)
     p.add_argument("--recovery-page-size", type=int, default=64)
@@ -362,8 +319,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    anyio.run(_main, args, backend=args.backend)
+    process_main.run(_main, parser(), argv)
 
 
 if __name__ == "__main__":
