@@ -20,8 +20,9 @@ from typing import Any
 
 import anyio
 
-from ..jobs.queue import JobQueue, _s, _to_event
-from .ledger import read_ledger
+from ..jobs.queue import JobQueue
+from .ledger import effect_lines
+from .observe import read_events
 from .processes import WorkerProcess, start_worker
 
 
@@ -71,28 +72,16 @@ def read_stats(path: Path) -> dict[str, int]:
 
 async def completions(queue: JobQueue[Any]) -> list[tuple[str, str, int]]:
     """``(job id, entry id, attempt)`` of every retained ``completed`` event of ``queue``."""
-    out: list[tuple[str, str, int]] = []
-    start_id = "-"
-    while True:
-        rows = await queue.client.execute("XRANGE", queue.keys.events, start_id, "+", "COUNT", 1000)
-        for entry_id, flat in rows or ():
-            event = _to_event(_s(entry_id), flat)
-            if event.kind == "completed":
-                out.append((event.job_id, event.entry_id, event.attempt))
-        if not rows or len(rows) < 1000:
-            return out
-        start_id = "(" + _s(rows[-1][0])
+    return [
+        (event.job_id, event.entry_id, event.attempt)
+        for event in await read_events(queue)
+        if event.kind == "completed"
+    ]
 
 
 async def count_events(queue: JobQueue[Any], kind: str) -> int:
     """How many retained events of ``queue`` have ``kind``."""
-    total, start_id = 0, "-"
-    while True:
-        rows = await queue.client.execute("XRANGE", queue.keys.events, start_id, "+", "COUNT", 1000)
-        total += sum(_to_event(_s(i), flat).kind == kind for i, flat in rows or ())
-        if not rows or len(rows) < 1000:
-            return total
-        start_id = "(" + _s(rows[-1][0])
+    return sum(event.kind == kind for event in await read_events(queue))
 
 
 def disallowed_reexecutions(
@@ -103,12 +92,9 @@ def disallowed_reexecutions(
     """Violations of the re-execution rule (see the module docstring): ``effects`` are the
     handlers' effect ledgers, ``completed`` the queue's completed events, ``killed`` the pids
     of the processes that were killed (or fenced)."""
-    paths = [effects] if isinstance(effects, Path) else list(effects)
     runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for path in paths:
-        for line in read_ledger(path):
-            if line.get("kind") == "effect":
-                runs[str(line["job"])].append(line)
+    for line in effect_lines(effects):
+        runs[str(line["job"])].append(line)
     committed_by: dict[str, int | None] = {}
     for job, entry, attempt in completed:
         pid = next(

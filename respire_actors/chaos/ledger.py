@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,3 +57,11 @@ def read_ledger(path: Path) -> Iterator[dict[str, Any]]:
             yield json.loads(raw)
         except ValueError:
             continue  # a line torn by a kill mid-write
+
+
+def effect_lines(effects: Path | Iterable[Path]) -> Iterator[dict[str, Any]]:
+    """The ``effect`` lines of one effects ledger or of several, in file order."""
+    for path in [effects] if isinstance(effects, Path) else effects:
+        for line in read_ledger(path):
+            if line.get("kind") == "effect":
+                yield line

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..jobs.queue import JobQueue, _s, _to_event
-from .ledger import read_ledger
+import anyio
+
+from ..jobs.queue import JobQueue
+from .ledger import effect_lines, read_ledger
 from .model import Verdict
+from .observe import read_events
 
 
 @dataclass
@@ -27,26 +31,27 @@ async def read_outcomes(queue: JobQueue[Any], effects: Path | Iterable[Path] = (
     """Read every retained event of ``queue`` (paged XRANGE, so a large run is fine while the
     queue's event retention keeps them) and count the effect-ledger lines of ``effects``."""
     out = Outcomes()
-    start = "-"
-    while True:
-        rows = await queue.client.execute("XRANGE", queue.keys.events, start, "+", "COUNT", 1000)
-        if not rows:
-            break
-        for entry_id, flat in rows:
-            event = _to_event(_s(entry_id), flat)
-            if event.kind == "completed":
-                out.completed[event.job_id] += 1
-            elif event.kind == "dead-letter":
-                out.dead[event.job_id] += 1
-        if len(rows) < 1000:
-            break
-        start = "(" + _s(rows[-1][0])
-    paths = [effects] if isinstance(effects, Path) else list(effects)
-    for path in paths:
-        for line in read_ledger(path):
-            if line.get("kind") == "effect":
-                out.executions[str(line["job"])] += 1
+    for event in await read_events(queue):
+        if event.kind == "completed":
+            out.completed[event.job_id] += 1
+        elif event.kind == "dead-letter":
+            out.dead[event.job_id] += 1
+    for line in effect_lines(effects):
+        out.executions[str(line["job"])] += 1
     return out
+
+
+async def wait_for_outcomes(
+    queue: JobQueue[Any], effects: Path, jobs: set[str], timeout: float
+) -> Outcomes:
+    """Poll the queue's events until every job in ``jobs`` has an outcome or ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        outcomes = await read_outcomes(queue, effects)
+        done = {j for j in jobs if outcomes.completed[j] or outcomes.dead[j]}
+        if done == jobs or time.monotonic() > deadline:
+            return outcomes
+        await anyio.sleep(0.1)
 
 
 def accepted_jobs(producer_ledger: Path) -> list[str]:

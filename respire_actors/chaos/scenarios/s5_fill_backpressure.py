@@ -31,23 +31,10 @@ from ..ledger import Ledger, read_ledger
 from ..model import ChaosContext, Verdict
 from ..processes import WorkerProcess, start_worker
 from ..producer import produce
-from ..reconcile import Outcomes, accepted_jobs, read_outcomes, reconcile
+from ..reconcile import accepted_jobs, read_outcomes, reconcile, wait_for_outcomes
 from . import register
 
 NAME = "fill-and-backpressure"
-
-
-async def wait_for_outcomes(
-    queue: JobQueue[Any], effects: Path, jobs: set[str], timeout: float
-) -> Outcomes:
-    """Poll the queue's events until every job in ``jobs`` has an outcome or ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        outcomes = await read_outcomes(queue, effects)
-        done = {j for j in jobs if outcomes.completed[j] or outcomes.dead[j]}
-        if done == jobs or time.monotonic() > deadline:
-            return outcomes
-        await anyio.sleep(0.1)
 
 
 async def drop_queue(client: RedisClient, queue: JobQueue[Any]) -> None:

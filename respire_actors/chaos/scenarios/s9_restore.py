@@ -35,10 +35,9 @@ from ...redis.client import RedisClient, connect
 from ..ledger import Ledger, read_ledger
 from ..model import ChaosContext, Verdict
 from ..processes import start_worker
-from ..reconcile import read_outcomes, reconcile
+from ..reconcile import read_outcomes, reconcile, wait_for_outcomes
 from ..servers import spawn_server
 from . import register
-from .s5_fill_backpressure import wait_for_outcomes
 
 NAME = "restore"
 
