@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -109,4 +109,23 @@ def reconcile(
         violations=tuple(found[:50])
         + ((f"... {len(found) - 50} more",) if len(found) > 50 else ()),
         details=details or {},
+    )
+
+
+def with_violations(
+    verdict: Verdict,
+    extra: Iterable[str],
+    details: Mapping[str, Any] | None = None,
+    *,
+    once: bool = False,
+) -> Verdict:
+    """``verdict`` with the ``extra`` violations a scenario found itself appended (each text
+    only once with ``once``) and ``details`` merged in; any extra violation fails it."""
+    extra = tuple(extra)
+    violations = (*verdict.violations, *extra)
+    return replace(
+        verdict,
+        violations=tuple(dict.fromkeys(violations)) if once else violations,
+        passed=verdict.passed and not extra,
+        details={**verdict.details, **(details or {})},
     )

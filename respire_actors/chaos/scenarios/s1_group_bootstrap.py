@@ -10,7 +10,6 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -26,7 +25,7 @@ from ..model import ChaosContext, Verdict
 from ..observe import wait_until_settled
 from ..processes import WorkerProcess, start_worker
 from ..producer import produce
-from ..reconcile import Outcomes, accepted_jobs, read_outcomes, reconcile
+from ..reconcile import Outcomes, accepted_jobs, read_outcomes, reconcile, with_violations
 from . import register
 
 MISSING = "ConsumerGroupMissing"
@@ -176,16 +175,6 @@ async def destroy_group(client: RedisClient, stream: str, group: str) -> list[st
     return jobs
 
 
-def _with(verdict: Verdict, extra: Sequence[str], details: dict[str, Any]) -> Verdict:
-    violations = (*verdict.violations, *extra)
-    return replace(
-        verdict,
-        violations=violations,
-        passed=verdict.passed and not extra,
-        details={**verdict.details, **details},
-    )
-
-
 @register
 class GroupBootstrapScenario:
     number: ClassVar[int] = 1
@@ -245,7 +234,7 @@ class GroupBootstrapScenario:
             outcomes,
             time.monotonic() - started,
         )
-        return _with(
+        return with_violations(
             verdict,
             extra,
             {"workers": deploys, "start spread ms": spread, "groups": groups,
@@ -285,7 +274,7 @@ class GroupBootstrapScenario:
         verdict = reconcile(
             self.name, f"{label}/stream-worker", accepted, outcomes, time.monotonic() - started
         )
-        return _with(
+        return with_violations(
             verdict,
             extra,
             {
@@ -357,7 +346,7 @@ class GroupBootstrapScenario:
             outcomes,
             time.monotonic() - started,
         )
-        return _with(verdict, extra, details)
+        return with_violations(verdict, extra, details)
 
     async def deleted_mid_run(self, ctx: ChaosContext, client: RedisClient) -> Verdict:
         """``XGROUP DESTROY`` while jobs run and a backlog waits, workers told to recreate at
@@ -411,7 +400,7 @@ class GroupBootstrapScenario:
             time.monotonic() - started,
             allowed_loss=len(owed),
         )
-        return _with(
+        return with_violations(
             verdict,
             extra,
             {
@@ -479,7 +468,7 @@ class GroupBootstrapScenario:
             outcomes,
             time.monotonic() - started,
         )
-        return _with(
+        return with_violations(
             verdict,
             extra,
             {"acknowledged before": len(first), "leased at the deletion": len(leased),
@@ -527,4 +516,4 @@ class GroupBootstrapScenario:
             outcomes,
             time.monotonic() - started,
         )
-        return _with(verdict, extra, details)
+        return with_violations(verdict, extra, details)

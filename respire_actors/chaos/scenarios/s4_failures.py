@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any, ClassVar
 
 from ...codecs import JsonValueCodec
@@ -19,7 +18,7 @@ from ..model import ChaosContext, Verdict
 from ..observe import DeadLetterEntry, read_dead_letters, read_events, wait_until_settled
 from ..processes import start_worker
 from ..producer import produce
-from ..reconcile import Outcomes, accepted_jobs, reconcile
+from ..reconcile import Outcomes, accepted_jobs, reconcile, with_violations
 from . import register
 
 DELIVERY_LIMIT = 4
@@ -220,4 +219,4 @@ async def _server_ms(client: Any) -> float:
 
 
 def _failed(verdict: Verdict, violation: str) -> Verdict:
-    return replace(verdict, passed=False, violations=(*verdict.violations, violation))
+    return with_violations(verdict, [violation])

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import anyio
@@ -26,7 +26,7 @@ from ..model import ChaosContext, Verdict
 from ..observe import wait_until_settled
 from ..processes import start_worker
 from ..producer import produce
-from ..reconcile import accepted_jobs, read_outcomes, reconcile
+from ..reconcile import accepted_jobs, read_outcomes, reconcile, with_violations
 from . import register
 
 
@@ -91,16 +91,6 @@ async def trim_loop(client: RedisClient, stream: str, watch: TrimWatch, stop: an
     while not stop.is_set():
         await trim_hard(client, stream, watch)
         await anyio.sleep(0.02)
-
-
-def _verdict(verdict: Verdict, extra: Iterable[str], details: dict[str, Any]) -> Verdict:
-    violations = tuple(dict.fromkeys((*verdict.violations, *extra)))  # each problem once
-    return replace(
-        verdict,
-        violations=violations,
-        passed=verdict.passed and not violations,
-        details={**verdict.details, **details},
-    )
 
 
 @register
@@ -184,7 +174,7 @@ class TrimScenario:
             outcomes,
             time.monotonic() - started,
         )
-        return _verdict(
+        return with_violations(
             verdict,
             extra,
             {
@@ -193,6 +183,7 @@ class TrimScenario:
                 "plan cutoff = oldest pending": plan.cutoff == (pending[0] if pending else None),
                 **watch.details(),
             },
+            once=True,
         )
 
     async def lagging_group(self, ctx: ChaosContext, client: RedisClient) -> Verdict:
@@ -269,7 +260,7 @@ class TrimScenario:
         verdict = reconcile(
             self.name, "lagging-second-group/ready", accepted, outcomes, time.monotonic() - started
         )
-        return _verdict(
+        return with_violations(
             verdict,
             extra,
             {
@@ -277,6 +268,7 @@ class TrimScenario:
                 "aborted: group moved back": moved_back.aborted,
                 "aborted: new group": new_group.aborted,
             },
+            once=True,
         )
 
     async def staged(self, ctx: ChaosContext, client: RedisClient) -> list[Verdict]:
@@ -350,7 +342,9 @@ class TrimScenario:
                 self.name, f"staged:{case}/ready", jobs, outcomes, elapsed, expect_dead=["(no job)"]
             )
             verdicts.append(
-                _verdict(verdict, extra, {**watch.details(), "staged at start": staged_seen})
+                with_violations(
+                    verdict, extra, {**watch.details(), "staged at start": staged_seen}, once=True
+                )
             )
         return verdicts
 
