@@ -329,30 +329,11 @@ class KillPoints:
             outcomes.completed[killer] = 1
         elif unseen:
             violations.append(f"never acknowledged as seen: {unseen}")
-        survivors = [
-            line["job"]
-            for line in read_ledger(effects)
-            if line["kind"] == "effect" and line["pid"] not in killed
-        ]
-        for job, runs in Counter(survivors).items():
-            if runs > 1:
-                violations.append(f"{job}: ran {runs} times in processes that were not killed")
-        if case.point == "after-ack" and killer in survivors:
-            violations.append(f"{killer}: delivered again after its ack ran")
-        return reconcile(
-            self.name,
-            case.label,
-            [str(s["id"]) for s in specs],
-            outcomes,
-            time.monotonic() - started,
-            violations=violations,
-            details={
-                "kills": len(killed),
-                "exit_signals": sorted({-rc for _, rc in exits}),
-                "killed_by": ["reliable"],
-                "workers": len(killed) + 1,
-            },
-        )
+        runs = [line for line in read_ledger(effects) if line["kind"] == "effect"]
+        return self._chain_verdict(
+            case, specs, outcomes, started, violations, runs, killed, exits,
+            workload="reliable", last_point="after-ack", last_step="ack",
+        )  # fmt: skip
 
     async def stream_case(self, ctx: ChaosContext, case: Case) -> Verdict:
         """A stream worker on an application-owned stream (the same completer as a job
@@ -404,13 +385,37 @@ class KillPoints:
             outcomes.executions[line["job"]] += 1
             if not left and not dead:
                 outcomes.completed[line["job"]] = 1  # acknowledged: nothing is pending
-        killer = str(specs[count // 2]["id"])
+        return self._chain_verdict(
+            case, specs, outcomes, started, violations, runs, killed, exits,
+            workload="stream", last_point="after-commit", last_step="commit",
+        )  # fmt: skip
+
+    def _chain_verdict(
+        self,
+        case: Case,
+        specs: list[dict[str, Any]],
+        outcomes: Outcomes,
+        started: float,
+        violations: list[str],
+        runs: list[dict[str, Any]],
+        killed: list[int],
+        exits: list[tuple[int, int]],
+        *,
+        workload: str,
+        last_point: str,
+        last_step: str,
+    ) -> Verdict:
+        """The verdict of a chain of ``workload`` processes with one kill message (the middle
+        of ``specs``): besides ``violations``, a message may run at most once in processes that
+        were not killed, and the kill message not at all after a kill at ``last_point`` (its
+        ``last_step`` had run)."""
+        killer = str(specs[len(specs) // 2]["id"])
         survivors = [line["job"] for line in runs if line["pid"] not in killed]
         for job, n in Counter(survivors).items():
             if n > 1:
                 violations.append(f"{job}: ran {n} times in processes that were not killed")
-        if case.point == "after-commit" and killer in survivors:
-            violations.append(f"{killer}: delivered again after its commit ran")
+        if case.point == last_point and killer in survivors:
+            violations.append(f"{killer}: delivered again after its {last_step} ran")
         return reconcile(
             self.name,
             case.label,
@@ -421,7 +426,7 @@ class KillPoints:
             details={
                 "kills": len(killed),
                 "exit_signals": sorted({-rc for _, rc in exits}),
-                "killed_by": ["stream"],
+                "killed_by": [workload],
                 "workers": len(killed) + 1,
             },
         )
