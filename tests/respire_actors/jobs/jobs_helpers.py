@@ -17,7 +17,7 @@ from respire_actors.actors.admission import Admission
 from respire_actors.actors.messages import Completion
 from respire_actors.actors.runtime import Handler, QueueRuntime
 from respire_actors.codecs import Codec, StrCodec
-from respire_actors.jobs import Delivery, JobEvent, Worker, WorkerOptions
+from respire_actors.jobs import Delivery, JobEvent, QueueOptions, Worker, WorkerOptions
 from respire_actors.jobs.job import bind_job
 from respire_actors.jobs.options import CONSUMER_GROUP
 from respire_actors.jobs.queue import _pairs, _stream_entries, _to_event
@@ -50,10 +50,19 @@ async def running_worker(
     *,
     codec: Codec[Any] | None = None,
     options: WorkerOptions | None = None,
+    queue_options: QueueOptions | None = None,
+    partitions: int | None = None,
 ) -> AsyncIterator[Worker]:
     """Run a worker with one registration for the block; stop it gracefully on exit."""
     worker = Worker()
-    worker.register(queue, handler, codec or StrCodec(), options or fast_options())
+    worker.register(
+        queue,
+        handler,
+        codec or StrCodec(),
+        options or fast_options(),
+        queue_options=queue_options,
+        partitions=partitions,
+    )
     async with anyio.create_task_group() as tg:
         await tg.start(worker.run, client)
         try:

@@ -13,7 +13,7 @@ import anyio
 import pytest
 from helpers.acl import acl_denials, acl_user
 from helpers.otel import Otel
-from jobs_helpers import fast_options, text, wait_until, wait_until_async
+from jobs_helpers import fast_options, running_worker, text, wait_until, wait_until_async
 
 from respire_actors import (
     ACK,
@@ -166,28 +166,24 @@ async def test_one_registration_drains_every_partition(
         seen[job.id] = job.partition
         return ACK
 
-    worker = Worker()
-    worker.register(
+    # a poll interval longer than the test: the late jobs are found by the wait itself
+    async with running_worker(
+        client,
         unique_name,
         handler,
-        StrCodec(),
-        # a poll interval longer than the test: the late jobs are found by the wait itself
-        fast_options(
+        options=fast_options(
             consumer_count=8,
             keep_results=timedelta(minutes=5),
             poll_interval=timedelta(seconds=60),
         ),
         partitions=16,
-    )
-    async with anyio.create_task_group() as tg:
-        await tg.start(worker.run, client)
+    ) as worker:
         await wait_until(lambda: len(seen) == 300, timeout=30)
         # jobs enqueued while the worker waits are picked up (the wait covers every partition)
         await queue.enqueue_many([(f"late{i}", "x") for i in range(40)])
         await wait_until(lambda: len(seen) == 340, timeout=15)
         stats = worker.statistics(unique_name)
         await wait_until(lambda: stats.acked == 340, timeout=15)
-        await worker.stop()
     assert all(seen[j] == partition_of(j, 16) for j in seen)
     assert len(set(seen.values())) == 16
     assert progress_ok == [True, True]
@@ -231,10 +227,7 @@ async def test_a_paused_partition_holds_its_jobs_while_the_others_run(
         done.add(job.id)
         return ACK
 
-    worker = Worker()
-    worker.register(unique_name, handler, StrCodec(), fast_options(), partitions=4)
-    async with anyio.create_task_group() as tg:
-        await tg.start(worker.run, client)
+    async with running_worker(client, unique_name, handler, partitions=4) as worker:
         await wait_until(lambda: len(done) == len(jobs) - len(held), timeout=15)
         assert not done & set(held)
         # the paused partition's waiting jobs do not wake the reader: it waits a poll
@@ -245,7 +238,6 @@ async def test_a_paused_partition_holds_its_jobs_while_the_others_run(
         assert stats.read_calls - before <= 20
         await queue.partition(1).resume()
         await wait_until(lambda: len(done) == len(jobs), timeout=15)
-        await worker.stop()
 
 
 async def test_recovery_and_dead_letters_stay_in_each_partition(
@@ -266,16 +258,13 @@ async def test_recovery_and_dead_letters_stay_in_each_partition(
             return ACK
         return NACK
 
-    worker = Worker()
-    worker.register(
+    async with running_worker(
+        client,
         unique_name,
         handler,
-        StrCodec(),
-        fast_options(visibility_timeout=timedelta(milliseconds=200), delivery_limit=2),
+        options=fast_options(visibility_timeout=timedelta(milliseconds=200), delivery_limit=2),
         partitions=8,
-    )
-    async with anyio.create_task_group() as tg:
-        await tg.start(worker.run, client)
+    ) as worker:
 
         async def all_settled() -> bool:
             counts = [
@@ -284,7 +273,6 @@ async def test_recovery_and_dead_letters_stay_in_each_partition(
             return sum(counts) == len(doomed) and worker.statistics(unique_name).acked == 16
 
         await wait_until_async(all_settled, timeout=20)
-        await worker.stop()
     stats = worker.statistics(unique_name)
     assert stats.stale_completions == 0 and stats.rejected_completions == 0
     assert stats.recovered >= 32
@@ -310,31 +298,24 @@ async def test_scheduled_jobs_are_promoted_in_their_partitions(
         done.add(job.id)
         return ACK
 
-    worker = Worker()
-    worker.register(
+    async with running_worker(
+        client,
         unique_name,
         handler,
-        StrCodec(),
-        fast_options(),
         queue_options=QueueOptions(scheduling_poll_interval=timedelta(milliseconds=50)),
         partitions=4,
-    )
-    async with anyio.create_task_group() as tg:
-        await tg.start(worker.run, client)
+    ) as worker:
         await wait_until(lambda: len(done) == 8, timeout=15)
-        await worker.stop()
     assert worker.statistics(unique_name).promoted == 8
 
 
 async def test_the_worker_leaves_no_consumer_behind(client: RedisClient, unique_name: str) -> None:
     queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
-    worker = Worker()
-    worker.register(unique_name, _ack, StrCodec(), fast_options(consumer_name="c1"), partitions=4)
     await queue.enqueue_many([(f"j{i}", "x") for i in range(20)])
-    async with anyio.create_task_group() as tg:
-        await tg.start(worker.run, client)
+    async with running_worker(
+        client, unique_name, _ack, options=fast_options(consumer_name="c1"), partitions=4
+    ) as worker:
         await wait_until(lambda: worker.statistics(unique_name).acked == 20, timeout=15)
-        await worker.stop()
     for i in range(4):
         consumers = await client.execute(
             "XINFO", "CONSUMERS", queue.partition(i).keys.ready, "respire"
@@ -358,19 +339,15 @@ async def test_running_handlers_leases_are_renewed_in_their_partitions(
         await anyio.sleep(1.0)  # over three visibility timeouts
         return ACK
 
-    worker = Worker()
-    worker.register(
+    async with running_worker(
+        client,
         unique_name,
         handler,
-        StrCodec(),
-        fast_options(consumer_count=8, visibility_timeout=timedelta(milliseconds=300)),
+        options=fast_options(consumer_count=8, visibility_timeout=timedelta(milliseconds=300)),
         partitions=8,
-    )
-    async with anyio.create_task_group() as tg:
-        await tg.start(worker.run, client)
+    ) as worker:
         stats = worker.statistics(unique_name)
         await wait_until(lambda: stats.acked == len(jobs), timeout=20)
-        await worker.stop()
     assert stats.leases_lost == 0 and stats.recovered == 0 and stats.leases_renewed > 0
     assert all(attempts[j] == 1 for j in jobs)
 
@@ -394,17 +371,14 @@ async def test_gauges_of_a_partitioned_registration_cover_every_partition(
         return ACK
 
     name = f"{unique_name}-g"
-    worker = Worker()
-    worker.register(
+    await queue.enqueue_many([(j, "x") for j in first])
+    async with running_worker(
+        client,
         unique_name,
         handler,
-        StrCodec(),
-        fast_options(consumer_count=2, read_batch=2, telemetry_name=name),
+        options=fast_options(consumer_count=2, read_batch=2, telemetry_name=name),
         partitions=4,
-    )
-    await queue.enqueue_many([(j, "x") for j in first])
-    async with anyio.create_task_group() as tg:
-        await tg.start(worker.run, client)
+    ) as worker:
         await wait_until(lambda: running == 2)
         await queue.enqueue(late, "x")
         await queue.partition(0).pause()
@@ -426,7 +400,6 @@ async def test_gauges_of_a_partitioned_registration_cover_every_partition(
         release.set()
         await wait_until(lambda: worker.statistics(unique_name).acked == 3)
         await collected(gauges(pending=0, lag=0, paused=0))
-        await worker.stop()
 
 
 async def collected(check: Callable[[], bool], *, timeout: float = 10.0) -> None:
@@ -486,16 +459,13 @@ async def test_a_busy_partition_does_not_starve_a_newly_filled_one(
         await anyio.sleep(0.002)
         return ACK
 
-    worker = Worker()
-    worker.register(
+    async with running_worker(
+        client,
         unique_name,
         handler,
-        StrCodec(),
-        fast_options(consumer_count=1, read_batch=1, poll_interval=timedelta(seconds=60)),
+        options=fast_options(consumer_count=1, read_batch=1, poll_interval=timedelta(seconds=60)),
         partitions=4,
-    )
-    async with anyio.create_task_group() as tg:
-        await tg.start(worker.run, client)
+    ) as worker:
         stats = worker.statistics(unique_name)
         await wait_until(lambda: stats.read_calls >= 1)  # every partition was found empty
         backlog = [(f"b{i}", "x", "job-1") for i in range(2000)]  # all in partition 3
@@ -504,7 +474,6 @@ async def test_a_busy_partition_does_not_starve_a_newly_filled_one(
         await queue.enqueue("job-2", "x")  # partition 1
         await wait_until(lambda: "job-2" in done, timeout=20)
         assert len(done) < 1000  # the backlog was far from done
-        await worker.stop()
 
 
 async def test_a_group_with_concurrency_one_keeps_its_order_across_workers(
@@ -577,17 +546,14 @@ async def test_a_scheduling_registration_wakes_for_new_and_newly_staged_jobs(
         done.append(job.id)
         return ACK
 
-    worker = Worker()
-    worker.register(
+    async with running_worker(
+        client,
         unique_name,
         handler,
-        StrCodec(),
-        fast_options(poll_interval=timedelta(seconds=60)),
+        options=fast_options(poll_interval=timedelta(seconds=60)),
         queue_options=QueueOptions(scheduling_poll_interval=timedelta(seconds=60)),
         partitions=4,
-    )
-    async with anyio.create_task_group() as tg:
-        await tg.start(worker.run, client)
+    ) as worker:
         stats = worker.statistics(unique_name)
         await wait_until(lambda: stats.read_calls >= 1)
         await anyio.sleep(0.1)  # the reader is waiting
@@ -595,7 +561,6 @@ async def test_a_scheduling_registration_wakes_for_new_and_newly_staged_jobs(
         await wait_until(lambda: done == ["job-1"], timeout=10)
         await queue.enqueue_scheduled("g-1", "x", JobEnqueueOptions(group="tenant-1"))
         await wait_until(lambda: done == ["job-1", "g-1"], timeout=10)
-        await worker.stop()
 
 
 async def test_a_restarted_consumer_replays_its_pending_jobs_in_every_partition(

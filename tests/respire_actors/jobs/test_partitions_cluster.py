@@ -7,12 +7,11 @@ from __future__ import annotations
 from collections import Counter
 from datetime import timedelta
 
-import anyio
 import pytest
 from helpers.servers import Cluster, key_slot
-from jobs_helpers import fast_options, wait_until
+from jobs_helpers import fast_options, running_worker, wait_until
 
-from respire_actors import ACK, NACK, Job, PartitionedJobQueue, StrCodec, Worker
+from respire_actors import ACK, NACK, Job, PartitionedJobQueue, StrCodec
 from respire_actors.redis.client import RedisClient
 
 pytestmark = pytest.mark.anyio
@@ -50,24 +49,20 @@ async def test_one_registration_drains_and_recovers_a_cluster_queue(
             return NACK  # recovered after the visibility timeout, in its partition
         return ACK
 
-    worker = Worker()
-    worker.register(
+    # a poll interval longer than the test: the late jobs are found by the probe itself
+    async with running_worker(
+        cluster_client,
         unique_name,
         handler,
-        StrCodec(),
-        # a poll interval longer than the test: the late jobs are found by the probe itself
-        fast_options(
+        options=fast_options(
             visibility_timeout=timedelta(milliseconds=300), poll_interval=timedelta(seconds=60)
         ),
         partitions=16,
-    )
-    async with anyio.create_task_group() as tg:
-        await tg.start(worker.run, cluster_client)
+    ) as worker:
         await wait_until(lambda: len(done) == 200, timeout=30)
         # jobs enqueued while the reader waits (the probe covers every node)
         await queue.enqueue_many([(f"flaky{i}", "x") for i in range(20)])
         stats = worker.statistics(unique_name)
         await wait_until(lambda: stats.acked == 220, timeout=30)
-        await worker.stop()
     assert all(done[f"flaky{i}"] == 2 for i in range(20))
     assert stats.recovered >= 20
