@@ -286,14 +286,9 @@ class KillPoints:
     async def reliable_case(self, ctx: ChaosContext, case: Case) -> Verdict:
         """A reliable queue's consumers (the ack is a call of its own after the handler)."""
         assert ctx.redis_url is not None
-        label = f"kill-{case.point}-reliable"
-        work = ctx.work_dir / "kill-points" / label
-        work.mkdir(parents=True, exist_ok=True)
+        label, work, started, specs = _one_kill_case(ctx, case, "reliable", "m")
         effects = work / "effects.jsonl"
-        started = time.monotonic()
-        count = 20 if ctx.full else 6
-        specs = [{"id": f"m-{i}"} for i in range(count)]
-        specs[count // 2]["kill"] = case.point
+        count = len(specs)
         async with connect(ctx.redis_url) as client:
             queue = ReliableQueue(client, ctx.name(label), JsonValueCodec())
             with Ledger(work / "producer.jsonl") as ledger:
@@ -339,14 +334,9 @@ class KillPoints:
         """A stream worker on an application-owned stream (the same completer as a job
         worker; no completed events: an entry is done once acknowledged)."""
         assert ctx.redis_url is not None
-        label = f"kill-{case.point}-stream"
-        work = ctx.work_dir / "kill-points" / label
-        work.mkdir(parents=True, exist_ok=True)
+        label, work, started, specs = _one_kill_case(ctx, case, "stream", "e")
         effects = work / "effects.jsonl"
-        started = time.monotonic()
-        count = 20 if ctx.full else 6
-        specs: list[dict[str, Any]] = [{"id": f"e-{i}"} for i in range(count)]
-        specs[count // 2]["kill"] = case.point
+        count = len(specs)
         stream = ctx.name(label)
         async with connect(ctx.redis_url) as client:
             with Ledger(work / "producer.jsonl") as ledger:
@@ -430,6 +420,20 @@ class KillPoints:
                 "workers": len(killed) + 1,
             },
         )
+
+
+def _one_kill_case(
+    ctx: ChaosContext, case: Case, workload: str, prefix: str
+) -> tuple[str, Path, float, list[dict[str, Any]]]:
+    """A reliable or stream case's label, work directory, start time and message specs
+    (``{"id": "<prefix>-<i>"}``, the middle one asking for the kill at ``case.point``)."""
+    label = f"kill-{case.point}-{workload}"
+    work = ctx.work_dir / "kill-points" / label
+    work.mkdir(parents=True, exist_ok=True)
+    count = 20 if ctx.full else 6
+    specs: list[dict[str, Any]] = [{"id": f"{prefix}-{i}"} for i in range(count)]
+    specs[count // 2]["kill"] = case.point
+    return label, work, time.monotonic(), specs
 
 
 def _chain_violations(

@@ -60,6 +60,16 @@ def max_running(effects: Path, pid: int | None = None) -> int:
     )
 
 
+def _check_running(
+    effects: Path, consumers: int, violations: list[str], pid: int | None = None
+) -> int:
+    """:func:`max_running`, with a violation when it exceeds ``consumers``."""
+    running = max_running(effects, pid)
+    if running > consumers:
+        violations.append(f"{running} handlers ran at once; consumer_count is {consumers}")
+    return running
+
+
 @register
 class FillAndBackpressure:
     number: ClassVar[int] = 5
@@ -132,9 +142,7 @@ class FillAndBackpressure:
             violations.append("no enqueue was refused: the bound was never reached")
         if still_failed:
             violations.append(f"{still_failed} jobs still refused after waiting 60 s")
-        running = max_running(effects)
-        if running > consumers:
-            violations.append(f"{running} handlers ran at once; consumer_count is {consumers}")
+        running = _check_running(effects, consumers, violations)
         return reconcile(
             NAME, case, accepted, outcomes, time.monotonic() - started,
             violations=violations,
@@ -199,9 +207,7 @@ class FillAndBackpressure:
             violations.append(f"a recovery pass claimed {max(passes)}; the bound is {per_pass}")
         if held < jobs:
             violations.append(f"only {held} of {jobs} leases were held at the kill")
-        running = max_running(effects, rescuer.pid if rescuer else None)
-        if running > consumers:
-            violations.append(f"{running} handlers ran at once; consumer_count is {consumers}")
+        running = _check_running(effects, consumers, violations, rescuer.pid if rescuer else None)
         return reconcile(
             NAME, case, accepted, outcomes, time.monotonic() - started,
             violations=violations,
