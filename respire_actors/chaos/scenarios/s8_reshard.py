@@ -97,13 +97,6 @@ async def _reshard(ctx: ChaosContext) -> Verdict:
                 for i in range(100):  # history in the slot before the move
                     await producer.send(f"before-{i}", SPEC)
 
-                async def produce() -> None:
-                    i = 0
-                    while not done.is_set():
-                        await producer.send(f"during-{i}", SPEC)
-                        i += 1
-                        await anyio.sleep(0.01)
-
                 async def migrate() -> None:
                     evidence["keys_moved"] = await _thread(
                         lambda: migrate_slot(
@@ -129,7 +122,7 @@ async def _reshard(ctx: ChaosContext) -> Verdict:
                     evidence["fresh_worker_ready_at"] = time.time()
 
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(produce)
+                    tg.start_soon(_produce_until, producer, done, "during-")
                     await anyio.sleep(0.5)
                     evidence["move_started_at"] = time.time()
                     tg.start_soon(faults)
@@ -243,13 +236,6 @@ async def _rotation(ctx: ChaosContext) -> Verdict:
                 producer = OutboxProducer(queue, ledger)
                 done = anyio.Event()
 
-                async def produce() -> None:
-                    i = 0
-                    while not done.is_set():
-                        await producer.send(f"j{i}", SPEC)
-                        i += 1
-                        await anyio.sleep(0.01)
-
                 async def kill_connections() -> int:
                     killed = 0
                     for user in ("chaos-worker", "chaos-producer"):
@@ -257,7 +243,7 @@ async def _rotation(ctx: ChaosContext) -> Verdict:
                     return killed
 
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(produce)
+                    tg.start_soon(_produce_until, producer, done, "j")
                     await _wait_accepted(producer, per_phase)
                     # 1. the documented way: both passwords valid while the clients move
                     await admin.execute("ACL", "SETUSER", "chaos-worker", ">worker-1")
@@ -310,6 +296,15 @@ async def _rotation(ctx: ChaosContext) -> Verdict:
         details={**evidence, "producer_retries": producer.retries,
                  "producer_errors": producer.errors, "worker_exit_codes": exits},
     )  # fmt: skip
+
+
+async def _produce_until(producer: OutboxProducer, done: anyio.Event, prefix: str) -> None:
+    """Send job ``<prefix>0``, ``<prefix>1``, ... every 10 ms until ``done`` is set."""
+    i = 0
+    while not done.is_set():
+        await producer.send(f"{prefix}{i}", SPEC)
+        i += 1
+        await anyio.sleep(0.01)
 
 
 async def _wait_accepted(producer: OutboxProducer, count: int, timeout: float = 60.0) -> None:
