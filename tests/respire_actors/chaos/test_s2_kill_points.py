@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from helpers.keyspace import delete_matching
+from helpers.chaos import PAIRS, chaos_ctx
 
 from respire_actors.chaos.model import ChaosContext
 from respire_actors.chaos.scenarios.s2_kill_points import (
@@ -15,13 +13,9 @@ from respire_actors.chaos.scenarios.s2_kill_points import (
     KillPoints,
     cases,
 )
-from respire_actors.redis.client import connect
 
 pytestmark = pytest.mark.anyio
-
-PAIRS = pytest.mark.parametrize(
-    ("server_url", "anyio_backend"), [("valkey", "asyncio"), ("redis", "trio")], indirect=True
-)
+__all__ = ["chaos_ctx"]
 
 
 def test_the_ci_subset_kills_every_point_and_every_kind() -> None:
@@ -39,15 +33,8 @@ def test_the_ci_subset_kills_every_point_and_every_kind() -> None:
 
 
 @PAIRS
-async def test_every_job_completes_once_after_each_kill(
-    server_url: str, anyio_backend: str, tmp_path: Path
-) -> None:
-    ctx = ChaosContext(work_dir=tmp_path, redis_url=server_url, backend=anyio_backend)
-    try:
-        verdicts = await KillPoints().run(ctx)
-    finally:
-        async with connect(server_url) as client:
-            await delete_matching(client, f"*chaos-{ctx.run_id}*")
+async def test_every_job_completes_once_after_each_kill(chaos_ctx: ChaosContext) -> None:
+    verdicts = await KillPoints().run(chaos_ctx)
     assert len(verdicts) == len(cases(full=False))
     for verdict in verdicts:
         assert verdict.passed, verdict

@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from helpers.keyspace import delete_matching
+from helpers.chaos import PAIRS, chaos_ctx
 
 from respire_actors.chaos.model import ChaosContext
 from respire_actors.chaos.scenarios.s3_pause_fencing import PauseFencing
-from respire_actors.redis.client import connect
 
 pytestmark = pytest.mark.anyio
+__all__ = ["chaos_ctx"]
 
 
-@pytest.mark.parametrize(
-    ("server_url", "anyio_backend"), [("valkey", "asyncio"), ("redis", "trio")], indirect=True
-)
+@PAIRS
 async def test_fencing_rejects_every_transition_of_a_resumed_worker(
-    server_url: str, anyio_backend: str, tmp_path: Path
+    chaos_ctx: ChaosContext,
 ) -> None:
-    ctx = ChaosContext(work_dir=tmp_path, redis_url=server_url, backend=anyio_backend)
-    try:
-        verdicts = await PauseFencing().run(ctx)
-    finally:
-        async with connect(server_url) as client:
-            await delete_matching(client, f"*chaos-{ctx.run_id}*")
+    verdicts = await PauseFencing().run(chaos_ctx)
     assert {v.case for v in verdicts} == {
         f"sigstop:{pause}/{renew}"
         for pause in ("handler-returned", "handler-running")
