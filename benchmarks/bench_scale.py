@@ -281,6 +281,7 @@ class ServerSample:
     cpu: float  # seconds, user + sys, all threads
     command_usec: int  # µs in the runtime's top-level commands
     reads: int  # socket reads the server processed (INFO stats total_reads_processed)
+    calls: dict[str, int] = field(default_factory=dict)  # INFO commandstats calls per command
 
 
 def sample(node: ValkeyProcess) -> ServerSample:
@@ -289,8 +290,34 @@ def sample(node: ValkeyProcess) -> ServerSample:
         stats = conn.execute("INFO", "commandstats")
         reads = info_fields(conn.execute("INFO", "stats")).get("total_reads_processed", "0")
     return ServerSample(
-        float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), top_level_usec(stats), int(reads)
+        float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
+        top_level_usec(stats),
+        int(reads),
+        command_calls(stats),
     )
+
+
+def command_calls(commandstats: bytes | str) -> dict[str, int]:
+    """Calls per command name, from the text of ``INFO commandstats``."""
+    text = commandstats.decode() if isinstance(commandstats, bytes) else str(commandstats)
+    calls = {}
+    for line in text.splitlines():
+        if line.startswith("cmdstat_"):
+            name, _, rest = line.partition(":")
+            fields = dict(kv.split("=", 1) for kv in rest.split(","))
+            calls[name.removeprefix("cmdstat_")] = int(fields["calls"])
+    return calls
+
+
+def calls_per_job(
+    after: Sequence[ServerSample], before: Sequence[ServerSample], jobs: int
+) -> dict[str, float]:
+    """Calls per job of every command the server(s) ran during the run (all nodes summed)."""
+    totals: dict[str, int] = {}
+    for a, b in zip(after, before, strict=True):
+        for name, count in a.calls.items():
+            totals[name] = totals.get(name, 0) + count - b.calls.get(name, 0)
+    return {n: c / jobs for n, c in sorted(totals.items(), key=lambda kv: -kv[1]) if c > 0}
 
 
 @dataclass
@@ -406,6 +433,7 @@ class RunResult:
     enqueue_server_us: float | None  # backlog runs: the enqueue phase alone
     enqueue_busiest: float | None  # backlog runs: busiest server core while enqueueing
     reads_per_job: float  # socket reads the server(s) processed per job
+    calls_per_job: dict[str, float]  # per command, every node summed (INFO commandstats)
     busiest: float
     clients_busy: float
     shard_us: list[float]
@@ -515,6 +543,7 @@ def run_once(
         / enqueue_wall
         if args.backlog
         else None,
+        calls_per_job=calls_per_job(after, before, total),
         reads_per_job=sum(a.reads - b.reads for a, b in zip(after, before, strict=True)) / total,
         busiest=max(processing_cpu) / process_wall,
         clients_busy=busy_clients / process_wall,
@@ -593,6 +622,7 @@ def paired_ratios(results: Sequence[RunResult], topology: str) -> list[float]:
 
 
 def describe(r: RunResult) -> str:
+    calls = ", ".join(f"{n} {c:.3f}" for n, c in list(r.calls_per_job.items())[:6])
     shards = " / ".join(f"{u:.1f}" for u in r.shard_us)
     if len(r.shard_jobs) > 1:
         shards += " for " + " / ".join(f"{j:,}" for j in r.shard_jobs) + " jobs"
@@ -602,7 +632,8 @@ def describe(r: RunResult) -> str:
         f"(commands {r.command_us:.1f}; shards {shards}), busiest {r.busiest:.0%}, "
         f"producers {r.producer_us:.1f} + workers {r.worker_us:.1f} µs/job "
         f"(busy {r.clients_busy:.0%}), "
-        f"{r.round_trips:.3f} trips/job, server reads {r.reads_per_job:.3f}/job, "
+        f"{r.round_trips:.3f} trips/job, server reads {r.reads_per_job:.3f}/job "
+        f"(calls/job: {calls}), "
         f"load {os.getloadavg()[0]:.1f}"
         + (
             f"; enqueue phase: server {r.enqueue_server_us:.1f} µs/job, busiest "
