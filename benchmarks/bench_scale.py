@@ -29,7 +29,10 @@ Figures per run (the table gives min-max over ``--repeat`` runs):
   partitions it owns, ``XLEN`` on the master after the run, every partition's group checked to
   have nothing pending and nothing unread);
 - client µs/job: producers' and workers' CPU time (their own ``process_time``) per job;
-- round trips/job: requests sent by producers and workers per job.
+- round trips/job: requests sent by producers and workers per job;
+- server reads/job and calls/job: socket reads the servers processed, and each command's calls
+  (INFO commandstats, commands inside scripts included, every node summed; all of them in the
+  JSON, the six most frequent in each run's line).
 
 Other processes on the machine change the wall rates a lot; the CPU figures per job much less.
 """
