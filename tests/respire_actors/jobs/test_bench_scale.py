@@ -39,3 +39,29 @@ def test_the_scale_benchmark_reports_every_layout(backend: str) -> None:
     # one queue per master, each master did its share of the work
     assert len(runs["cluster"]["shard_us"]) == 3
     assert all(us > 0 for us in runs["cluster"]["shard_us"])
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_the_scale_benchmark_reports_a_partitioned_queue_per_shard(backend: str) -> None:
+    """One partitioned queue over the 3-master cluster (and on one server): every job is
+    acknowledged once (the benchmark fails on an acknowledgement count other than the jobs, on
+    a partition with anything pending or unread, or on ready entries other than the jobs), and
+    every master reports its jobs and CPU per job."""
+    result = subprocess.run(
+        [sys.executable, "benchmarks/bench_scale.py", "--backend", backend, "--jobs", str(JOBS),
+         "--processes", "2", "--repeat", "1", "--chunk", "50", "--topology",
+         "single-part,cluster-part", "--partitioned", "12", "--no-pin", "--json"],
+        cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=110, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    runs = {r["topology"]: r for r in json.loads(result.stdout.strip().splitlines()[-1])}
+    assert set(runs) == {"single-part", "cluster-part"}
+    for run in runs.values():
+        assert run["jobs"] == JOBS and sum(run["shard_jobs"]) == JOBS
+        assert run["process_rate"] > 0 and run["server_us"] > 0 and run["worker_us"] > 0
+    assert runs["single-part"]["shard_jobs"] == [JOBS]
+    cluster = runs["cluster-part"]
+    # 12 partitions over three masters: each master holds some partitions and served their jobs
+    assert len(cluster["shard_jobs"]) == 3 and all(j > 0 for j in cluster["shard_jobs"])
+    assert len(cluster["shard_us"]) == 3 and all(us > 0 for us in cluster["shard_us"])
