@@ -24,12 +24,13 @@ from ..codecs import Codec, check_codec
 from ..errors import ValidationError
 from ..keys import partition_name, validate_name
 from ..redis.client import RedisClient
+from ..redis.scripts import run_many
 from .groups import DEFAULT_LEASE, GroupInfo
 from .metrics import MinuteMetrics
 from .model import EnqueueResult, JobStatus, QueueState
 from .options import JobEnqueueOptions, validate_group, validate_job_id
 from .partitioning import check_partition_count, partition_of, validate_partitions
-from .queue import _ENQUEUE, _SPAN, JobQueue, _Prepared
+from .queue import _ENQUEUE, _SPAN, JobQueue, _Prepared, _to_result
 
 T = TypeVar("T")
 
@@ -131,42 +132,35 @@ class PartitionedJobQueue(Generic[T]):
         *,
         dedup_window: timedelta | float | None = None,
     ) -> list[EnqueueResult]:
-        """Enqueue many ``(job_id, payload)`` or ``(job_id, payload, ordering_key)`` jobs,
-        grouped by partition, each partition's jobs pipelined (partitions concurrently);
-        results in input order. Everything is validated first; not atomic as a whole, safe to
-        retry (deduplication)."""
-        groups: dict[int, list[tuple[int, _Prepared]]] = {}
-        count = 0
+        """Enqueue many ``(job_id, payload)`` or ``(job_id, payload, ordering_key)`` jobs, each
+        routed to its partition, 1000 per pipelined round trip whatever partitions they go to
+        (on a cluster the client splits each pipeline per node and writes the parts
+        concurrently); results in input order. Everything is validated first; not atomic as a
+        whole, safe to retry (deduplication); the first error is raised after the rest ran."""
+        routed: list[tuple[JobQueue[T], _Prepared]] = []
         with ExitStack() as stack:
             # validate and encode everything before anything is sent
             for i, item in enumerate(jobs):
                 job_id, payload, key = _item(item, i)
-                p = self.partition_of(job_id if key is None else key)
-                queue = self.queues[p]
+                queue = self.queues[self.partition_of(job_id if key is None else key)]
                 span = stack.enter_context(tracing.producer_span(_SPAN, queue.name))
-                groups.setdefault(p, []).append(
-                    (i, queue._prepare(job_id, payload, dedup_window, span))
-                )
-                count = i + 1
+                routed.append((queue, queue._prepare(job_id, payload, dedup_window, span)))
             await self.check()
-            results: list[EnqueueResult | None] = [None] * count
-            errors: list[BaseException] = []
-
-            async def run(p: int, members: list[tuple[int, _Prepared]]) -> None:
-                try:
-                    replies = await self.queues[p]._pipelined(_ENQUEUE, [m for _, m in members])
-                except Exception as exc:  # raised once every partition's pipeline ran
-                    errors.append(exc)
-                    return
-                for (i, _), reply in zip(members, replies, strict=True):
-                    results[i] = reply
-
-            async with anyio.create_task_group() as tg:
-                for p, members in groups.items():
-                    tg.start_soon(run, p, members)
-        if errors:
-            raise errors[0]
-        return [r for r in results if r is not None]
+            results: list[EnqueueResult] = []
+            error: BaseException | None = None
+            for start in range(0, len(routed), 1000):
+                chunk = routed[start : start + 1000]
+                replies = await run_many(
+                    self.client, [(m.script or _ENQUEUE, m.keys, m.args) for _, m in chunk]
+                )
+                for (queue, m), reply in zip(chunk, replies, strict=True):
+                    if isinstance(reply, BaseException):
+                        error = error or reply
+                        continue
+                    results.append(queue._accepted(m.span, m, _to_result(reply)))
+        if error is not None:
+            raise error
+        return results
 
     async def enqueue_scheduled(
         self,

@@ -129,6 +129,11 @@ async def test_jobs_land_in_their_partitions_and_dedup_per_partition(
     expected[8] += 3
     assert backlog == [expected[i] for i in range(16)]
     assert int(await client.execute("GET", partitions_key(unique_name))) == 16
+    # jobs of every partition share one pipelined round trip (not one pipeline per partition)
+    before = client.round_trips
+    results = await queue.enqueue_many([(f"r{i}", "x") for i in range(200)])
+    assert all(r.enqueued for r in results) and len(results) == 200
+    assert client.round_trips - before == 1
 
 
 async def test_a_producer_or_worker_with_another_count_gets_a_typed_error(
