@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from ..jobs import Worker
 from ..redis.client import connect
 from ..streams import StreamWorker
 from .ledger import read_ledger
+from .processes import PARENT_ENV
 
 
 def kill_self() -> None:
@@ -48,16 +50,44 @@ async def write_ready(ready_file: str | None) -> None:
         await anyio.Path(ready_file).write_text(str(os.getpid()))
 
 
+ORPHAN_GRACE = 30.0
+"""Seconds an orphaned worker's graceful stop may take before it kills itself."""
+
+
 def stop_on_signal(tg: TaskGroup, stop: Callable[[], object]) -> None:
-    """Call ``stop()`` once, at the first SIGTERM or SIGINT (a task in ``tg``)."""
+    """Call ``stop()`` once, at the first SIGTERM or SIGINT, or when the process that started
+    this worker (``$RESPIRE_CHAOS_PARENT``) is gone: a suite killed without cleanup never
+    leaves workers running against the server. Both watchers end at the first of the two, so
+    they do not hold ``tg`` open once the worker stopped; an orphan whose graceful stop takes
+    longer than :data:`ORPHAN_GRACE` kills itself."""
+    watchers = anyio.CancelScope()
+    parent = int(os.environ.get(PARENT_ENV, "0") or 0)
+
+    async def watch() -> None:
+        with watchers:
+            async with anyio.create_task_group() as inner:
+                inner.start_soon(wait_for_signal)
+                if parent:
+                    inner.start_soon(watch_parent)
 
     async def wait_for_signal() -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             async for _ in signals:
-                stop()
-                return
+                break
+        stop()
+        watchers.cancel()
 
-    tg.start_soon(wait_for_signal)
+    async def watch_parent() -> None:
+        while os.getppid() == parent:  # noqa: ASYNC110 (no event tells a parent died)
+            await anyio.sleep(0.5)
+        stop()
+        watchers.cancel()
+        # a daemon timer, so a worker that stops in time exits at once
+        timer = threading.Timer(ORPHAN_GRACE, kill_self)
+        timer.daemon = True
+        timer.start()
+
+    tg.start_soon(watch)
 
 
 async def serve(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -11,8 +12,28 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+PARENT_ENV = "RESPIRE_CHAOS_PARENT"
+"""Set for every chaos worker process to the pid of the process that started it: a worker whose
+parent is gone (killed without cleanup) stops itself (:mod:`~respire_actors.chaos.process_main`)."""
 
-@dataclass
+_live: set[WorkerProcess] = set()
+
+
+def stop_leftover_workers() -> int:
+    """SIGKILL every worker process this process started that is still running (a scenario
+    that failed or overran its budget may leave some); returns how many. The runner calls it
+    after each scenario, and it runs at interpreter exit."""
+    left = [w for w in _live if w.alive()]
+    for worker in left:
+        worker.kill()
+    _live.clear()
+    return len(left)
+
+
+atexit.register(stop_leftover_workers)
+
+
+@dataclass(eq=False)
 class WorkerProcess:
     """A running ``respire_actors.chaos.worker`` process."""
 
@@ -102,10 +123,11 @@ def start_worker(
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            env={**os.environ, PARENT_ENV: str(os.getpid()), **(env or {})},
             start_new_session=True,
         )
     worker = WorkerProcess(process, ready, log)
+    _live.add(worker)
     if wait:
         worker.wait_ready()
     return worker

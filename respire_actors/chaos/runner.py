@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import anyio
 
 from .model import ChaosContext, Verdict
+from .processes import stop_leftover_workers
 from .scenarios import load_all
 from .servers import ServerProcess, spawn_server
 
@@ -63,6 +64,10 @@ async def run_scenarios(ctx: ChaosContext, names: Sequence[str]) -> list[Verdict
                         violations=(f"{type(exc).__name__}: {exc}",),
                     )
                 )
+            finally:
+                left = stop_leftover_workers()
+                if left:
+                    ctx.progress(f"{name}: killed {left} worker processes it left running")
     finally:
         if shared is not None:
             shared.stop()

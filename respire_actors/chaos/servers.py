@@ -7,6 +7,7 @@ deployment under test: a scenario that damages a server always damages its own.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import signal
 import subprocess
@@ -19,6 +20,20 @@ from typing import Any
 from ..embedded import _answers_as_sync, free_port, valkey_binary
 from .admin import SyncRedis
 from .cluster import add_replica, bootstrap_cluster, cluster_node_args, wait_replica_synced
+
+_started: list[ServerProcess] = []
+
+
+def stop_leftover_servers() -> None:
+    """Stop every server this process started that still runs (at interpreter exit: a
+    scenario that failed half-way must not leave servers behind)."""
+    for server in _started:
+        if server.alive():
+            server.stop()
+    _started.clear()
+
+
+atexit.register(stop_leftover_servers)
 
 
 class ServerStartError(RuntimeError):
@@ -72,6 +87,8 @@ class ServerProcess:
             stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
+        if self not in _started:
+            _started.append(self)
         deadline = time.monotonic() + ready_timeout
         while time.monotonic() < deadline and self.process.poll() is None:
             if _answers_as_sync(self.port, self.process.pid):
