@@ -89,6 +89,18 @@ async def killed_worker_scenario(client: RedisClient, server_url: str, unique_na
 
                 await wait_until_async(everything_done, timeout=30)
                 took = anyio.current_time() - killed
+
+                async def nothing_pending() -> bool:
+                    # a handler's record lands before its completion commits (batched):
+                    # wait for the commits while the survivor runs (SIGTERM kills it at once)
+                    for i in range(PARTITIONS):
+                        partition = queue.partition(i).keys.ready
+                        pending = await client.execute("XPENDING", partition, "respire")
+                        if int(pending[0]):
+                            return False
+                    return True
+
+                await wait_until_async(nothing_pending, timeout=10)
     done = await records(client, record)
     for v in victims:
         assert f"survivor:{v}:{queue.partition_of(v)}" in done
