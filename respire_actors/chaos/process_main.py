@@ -1,5 +1,5 @@
 """What every chaos worker process shares (:mod:`~respire_actors.chaos.worker`,
-:mod:`~respire_actors.chaos.stream_worker`, :mod:`~respire_actors.chaos.reliable_worker`):
+:mod:`~respire_actors.chaos.reliable_worker`):
 the common command-line options, the ready file, stopping on SIGTERM / SIGINT, serving a
 worker, and the kill helpers a handler uses at its kill points."""
 

@@ -48,13 +48,13 @@ from ..ledger import Ledger, read_ledger
 from ..model import ChaosContext, Verdict
 from ..processes import WorkerProcess, start_worker
 from ..reconcile import Outcomes, read_outcomes, reconcile
-from ..stream_worker import GROUP as STREAM_GROUP
 from . import register
 
 KILL_POINTS = ("after-delivery", "mid-handler", "before-commit", "after-commit")
 RELIABLE_KILL_POINTS = ("after-delivery", "mid-handler", "before-ack", "after-ack")
 KINDS = ("durable-retry", "scheduled", "grouped", "flow-child", "flow-parent", "batch-member")
 VISIBILITY_MS = 1000
+STREAM_GROUP = "chaos"  # the stream case's consumer group (chaos.worker --group)
 
 
 @dataclass
@@ -342,7 +342,9 @@ class KillPoints:
             with Ledger(work / "producer.jsonl") as ledger:
                 for spec in specs:
                     ledger.record(kind="intent", job=spec["id"])
-                    await client.execute("XADD", stream, "*", "spec", json.dumps(spec))
+                    # kill_once: the job's first execution in any process kills (worker.py)
+                    body = json.dumps({**spec, "kill_once": True})
+                    await client.execute("XADD", stream, "*", "job", spec["id"], "spec", body)
                     ledger.record(kind="accepted", job=spec["id"])
 
             async def pending() -> int:
@@ -360,8 +362,8 @@ class KillPoints:
 
             killed, exits, final = await run_chain(
                 ctx, stream, drained, effects, work,
-                ["--visibility-ms", str(VISIBILITY_MS)], {},
-                module="respire_actors.chaos.stream_worker",
+                ["--visibility-ms", str(VISIBILITY_MS), "--stream-start-id", "0-0",
+                 "--group", STREAM_GROUP, "--consumers", "1", "--recovery-ms", "200"], {},
             )  # fmt: skip
             left = await pending()
             dead = await client.execute("XLEN", f"{stream}:dead")
