@@ -113,6 +113,12 @@ class ConnectionSettings:
     is retried, with backoff, before :class:`ClusterReconfiguring` is raised (it never ran)."""
     max_connections: int = 64
     client_name: str | None = None
+    spin_wait: float = 0.0001
+    """Seconds the reader of a lone request may poll the shared connection's socket, yielding
+    to the event loop between polls, before it parks (0 turns polling off; at most 0.01).
+    Never on TLS, and backed off after polls that found nothing: a lone caller on a fast
+    server (loopback) gets its reply in about half the time, while against a distant server
+    the polling costs next to nothing. See docs/connection.md."""
     tls_context: ssl.SSLContext | None = field(default=None, compare=False, repr=False)
     """A ready TLS context; overrides the ``tls_*`` file settings (implies TLS)."""
     credential_provider: CredentialProvider | None = field(default=None, compare=False, repr=False)
@@ -129,6 +135,14 @@ class ConnectionSettings:
                 or value <= 0
             ):
                 raise ConfigurationError(f"{name} must be positive and finite (seconds)")
+        spin = self.spin_wait
+        if (
+            isinstance(spin, bool)
+            or not isinstance(spin, int | float)
+            or not math.isfinite(spin)
+            or not 0 <= spin <= 0.01
+        ):
+            raise ConfigurationError("spin_wait must be between 0 and 0.01 seconds")
         if self.max_connections < 2:
             raise ConfigurationError("max_connections must be at least 2")
         validate_key_prefix(self.key_prefix)
@@ -205,6 +219,7 @@ class ConnectionSettings:
             ("cluster_retry_timeout", float),
             ("max_connections", int),
             ("client_name", str),
+            ("spin_wait", float),
             ("ssl_ca_certs", str),
             ("ssl_certfile", str),
             ("ssl_keyfile", str),
@@ -464,6 +479,10 @@ class ConnectionStatistics:
     """Cluster ASK redirections followed."""
     cluster_retries: int = 0
     """Commands repeated after TRYAGAIN / CLUSTERDOWN (a slot migrating, a failover)."""
+    spin_hits: int = 0
+    """Replies read by busy-polling the socket (``spin_wait``) instead of parking."""
+    spin_misses: int = 0
+    """Busy-polls that found no reply within ``spin_wait`` and parked."""
 
 
 class RedisClient:
@@ -509,6 +528,7 @@ class RedisClient:
             connect_timeout=s.connect_timeout,
             command_timeout=s.command_timeout,
             statistics=self._stats,
+            spin_wait=s.spin_wait,
         )
 
     def _spawn(self, task: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -598,6 +618,8 @@ class RedisClient:
             moved=s.moved,
             asked=s.asked,
             cluster_retries=s.cluster_retries,
+            spin_hits=s.spin_hits,
+            spin_misses=s.spin_misses,
         )
 
     def _require(self) -> None:

@@ -89,6 +89,10 @@ async def test_tls_with_certificate_verification(
             assert replies == [b"over-tls", 1]
             async with client.open_blocking() as blocking:
                 assert await blocking.execute("BLPOP", f"{unique_name}:none", 0.05) is None
+            for _ in range(20):  # lone requests: the raw socket holds TLS records, never polled
+                assert await client.execute("PING") == b"PONG"
+            stats = client.statistics()
+            assert (stats.spin_hits, stats.spin_misses) == (0, 0)
         # the same with a ready-made SSLContext
         context = ssl.create_default_context(cafile=str(certificates / "ca.pem"))
         async with connect(f"redis://127.0.0.1:{port}", tls_context=context) as client:

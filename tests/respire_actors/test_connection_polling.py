@@ -1,0 +1,146 @@
+"""Polling before parking (``spin_wait``): a lone request's reply is read by busy-polling the
+socket for a bounded time; never while another task is ready, never on TLS, backed off when
+replies are slow, and a connection lost while polling fails the request with the typed error."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import anyio.lowlevel
+import pytest
+from helpers.servers import ValkeyProcess
+
+from respire_actors.errors import ConfigurationError, RedisUnavailable
+from respire_actors.redis.client import ConnectionSettings, RedisClient, connect
+
+pytestmark = pytest.mark.anyio
+
+
+async def lone_pings(client: RedisClient, count: int) -> None:
+    for _ in range(count):
+        assert await client.execute("PING") == b"PONG"
+
+
+def with_spin(url: str, seconds: float) -> str:
+    return f"{url}{'&' if '?' in url else '?'}spin_wait={seconds}"
+
+
+async def test_lone_requests_are_read_by_polling(server_url: str) -> None:
+    """With a generous budget nearly every lone reply is read by polling, not by parking."""
+    async with connect(with_spin(server_url, 0.005)) as client:
+        await lone_pings(client, 200)
+        stats = client.statistics()
+    assert stats.spin_hits >= 100, stats
+    assert stats.spin_hits + stats.spin_misses <= 201
+
+
+async def test_the_default_polls_and_zero_turns_it_off(valkey_url: str) -> None:
+    assert ConnectionSettings().spin_wait == 0.0001
+    async with connect(with_spin(valkey_url, 0)) as client:
+        await lone_pings(client, 100)
+        stats = client.statistics()
+    assert (stats.spin_hits, stats.spin_misses) == (0, 0)
+
+
+async def test_unix_socket_polls(
+    spawn_valkey: Callable[..., ValkeyProcess], tmp_path: Path
+) -> None:
+    server = spawn_valkey(unix_socket=str(tmp_path / "v.sock"))
+    async with connect(with_spin(server.unix_url, 0.005)) as client:
+        await lone_pings(client, 100)
+        assert client.statistics().spin_hits >= 50
+
+
+async def test_polling_never_holds_up_another_task(valkey_url: str) -> None:
+    """The poller yields before every poll: a task that is always ready to run (it only
+    yields) keeps running while lone replies are polled for."""
+    async with connect(with_spin(valkey_url, 0.005)) as client:
+        done = False
+        yields = 0
+        before = client.statistics()
+
+        async def busy() -> None:
+            nonlocal yields
+            while not done:
+                yields += 1
+                await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(busy)
+            await anyio.lowlevel.checkpoint()
+            await lone_pings(client, 100)
+            done = True
+        stats = client.statistics()
+    assert stats.spin_hits - before.spin_hits >= 50  # it did poll
+    # every poll let the busy task run at least once
+    polls_with_reply = stats.spin_hits - before.spin_hits
+    assert yields >= polls_with_reply
+
+
+async def test_concurrent_requests_are_not_polled(valkey_url: str) -> None:
+    """Requests from many tasks are batched; polling is for a lone request only."""
+    async with connect(with_spin(valkey_url, 0.005)) as client:
+        before = client.statistics()
+        async with anyio.create_task_group() as tg:
+            for _ in range(32):
+                tg.start_soon(lone_pings, client, 50)
+        stats = client.statistics()
+    # only the last stragglers may find themselves alone on the connection (polling every
+    # read of the batched replies would be about 90 polls here)
+    polled = stats.spin_hits + stats.spin_misses - before.spin_hits - before.spin_misses
+    assert polled <= 40, stats
+
+
+async def test_slow_replies_back_off(
+    spawn_valkey: Callable[..., ValkeyProcess],
+) -> None:
+    """Replies slower than the budget (the server paused for 3 ms before each request): a few
+    polls give up, then polling backs off (skipping 1, 2, 4, 8... chances), so the cost stays
+    bounded; every reply still reaches its caller."""
+    server = spawn_valkey()
+    async with connect(with_spin(server.url, 0.0005)) as client, connect(server.url) as pauser:
+        for i in range(30):
+            assert await pauser.execute("CLIENT", "PAUSE", 3, "ALL") == b"OK"
+            assert await client.execute("ECHO", f"slow-{i}") == f"slow-{i}".encode()
+        stats = client.statistics()
+    # 30 slow replies would cost 30 misses without the back-off: 1 + skip 1, 2, 4, 8 = 5
+    assert 1 <= stats.spin_misses <= 6, stats
+    assert stats.spin_hits <= 2, stats
+
+
+async def test_connection_lost_while_polling_is_the_typed_error(
+    spawn_valkey: Callable[..., ValkeyProcess],
+) -> None:
+    """The server dies while a lone request is being polled for: the caller gets
+    RedisUnavailable at once (no hang, no retry), and the next call reconnects."""
+    server = spawn_valkey()
+    async with connect(with_spin(server.url, 0.01), command_timeout=10) as client:
+        assert await client.execute("PING") == b"PONG"
+        async with connect(server.url) as other:
+            assert await other.execute("CLIENT", "PAUSE", 10_000, "ALL") == b"OK"
+        killer = threading.Timer(0.002, server.process.kill)
+        killer.start()
+        started = time.monotonic()
+        try:
+            with pytest.raises(RedisUnavailable, match="may have run"):
+                await client.execute("GET", "anything")
+        finally:
+            killer.join()
+        assert time.monotonic() - started < 5
+        server.process.wait(5)
+        with pytest.raises(RedisUnavailable):
+            await client.execute("PING")
+
+
+def test_spin_wait_is_validated() -> None:
+    assert ConnectionSettings.from_url("redis://h?spin_wait=0.0002").spin_wait == 0.0002
+    assert ConnectionSettings.from_url("redis://h?spin_wait=0").spin_wait == 0
+    for bad in ("-0.001", "0.5", "nan", "inf"):
+        with pytest.raises(ConfigurationError, match="spin_wait"):
+            ConnectionSettings.from_url(f"redis://h?spin_wait={bad}")
+    with pytest.raises(ConfigurationError, match="spin_wait"):
+        ConnectionSettings(spin_wait=True)
