@@ -285,6 +285,7 @@ class ServerSample:
     command_usec: int  # µs in the runtime's top-level commands
     reads: int  # socket reads the server processed (INFO stats total_reads_processed)
     calls: dict[str, int] = field(default_factory=dict)  # INFO commandstats calls per command
+    usec: dict[str, int] = field(default_factory=dict)  # INFO commandstats µs per command
 
 
 def sample(node: ValkeyProcess) -> ServerSample:
@@ -297,29 +298,32 @@ def sample(node: ValkeyProcess) -> ServerSample:
         top_level_usec(stats),
         int(reads),
         command_calls(stats),
+        command_calls(stats, "usec"),
     )
 
 
-def command_calls(commandstats: bytes | str) -> dict[str, int]:
-    """Calls per command name, from the text of ``INFO commandstats``."""
+def command_calls(commandstats: bytes | str, field: str = "calls") -> dict[str, int]:
+    """Calls (or ``usec``) per command name, from the text of ``INFO commandstats``."""
     text = commandstats.decode() if isinstance(commandstats, bytes) else str(commandstats)
     calls = {}
     for line in text.splitlines():
         if line.startswith("cmdstat_"):
             name, _, rest = line.partition(":")
             fields = dict(kv.split("=", 1) for kv in rest.split(","))
-            calls[name.removeprefix("cmdstat_")] = int(fields["calls"])
+            calls[name.removeprefix("cmdstat_")] = int(fields[field])
     return calls
 
 
 def calls_per_job(
-    after: Sequence[ServerSample], before: Sequence[ServerSample], jobs: int
+    after: Sequence[ServerSample], before: Sequence[ServerSample], jobs: int, field: str = "calls"
 ) -> dict[str, float]:
-    """Calls per job of every command the server(s) ran during the run (all nodes summed)."""
+    """Calls (or µs, ``field="usec"``) per job of every command the server(s) ran during the
+    run (all nodes summed; a script's µs include the commands it called)."""
     totals: dict[str, int] = {}
     for a, b in zip(after, before, strict=True):
-        for name, count in a.calls.items():
-            totals[name] = totals.get(name, 0) + count - b.calls.get(name, 0)
+        now, then = getattr(a, field), getattr(b, field)
+        for name, count in now.items():
+            totals[name] = totals.get(name, 0) + count - then.get(name, 0)
     return {n: c / jobs for n, c in sorted(totals.items(), key=lambda kv: -kv[1]) if c > 0}
 
 
@@ -437,6 +441,7 @@ class RunResult:
     enqueue_busiest: float | None  # backlog runs: busiest server core while enqueueing
     reads_per_job: float  # socket reads the server(s) processed per job
     calls_per_job: dict[str, float]  # per command, every node summed (INFO commandstats)
+    usec_per_job: dict[str, float]  # the same in µs (a script's include its commands')
     busiest: float
     clients_busy: float
     shard_us: list[float]
@@ -547,6 +552,7 @@ def run_once(
         if args.backlog
         else None,
         calls_per_job=calls_per_job(after, before, total),
+        usec_per_job=calls_per_job(after, before, total, "usec"),
         reads_per_job=sum(a.reads - b.reads for a, b in zip(after, before, strict=True)) / total,
         busiest=max(processing_cpu) / process_wall,
         clients_busy=busy_clients / process_wall,
