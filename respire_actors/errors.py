@@ -57,6 +57,14 @@ from __future__ import annotations
 class RespireError(Exception):
     """Base class of every error raised by respire_actors."""
 
+    partial_results: list[object] | None = None
+    """Set on the error a many-call raises (``JobQueue.enqueue_many``,
+    ``JobQueue.enqueue_scheduled_many``, ``PartitionedJobQueue.enqueue_many``): one entry per
+    job of the call, in input order: its ``EnqueueResult`` (enqueued or deduplicated), the
+    exception that job got (``QueueFull``, ``WrongKeyType``...), or ``None`` when it was never
+    sent (a connection lost on an earlier round trip stops the call). The error raised is the
+    first one. ``None`` on every other error."""
+
 
 class ValidationError(RespireError, ValueError):
     """An argument is invalid. Raised before any command is sent, so nothing was written."""

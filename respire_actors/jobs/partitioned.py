@@ -24,13 +24,12 @@ from ..codecs import Codec, check_codec
 from ..errors import ValidationError
 from ..keys import partition_name, validate_name
 from ..redis.client import RedisClient
-from ..redis.scripts import run_many
 from .groups import DEFAULT_LEASE, GroupInfo
 from .metrics import MinuteMetrics
 from .model import EnqueueResult, JobStatus, QueueState
 from .options import JobEnqueueOptions, validate_group, validate_job_id
 from .partitioning import check_partition_count, partition_of, validate_partitions
-from .queue import _ENQUEUE, _SPAN, JobQueue, _Prepared, _to_result
+from .queue import _ENQUEUE, _SPAN, JobQueue, _Prepared, _to_result, run_enqueues
 
 T = TypeVar("T")
 
@@ -136,7 +135,8 @@ class PartitionedJobQueue(Generic[T]):
         routed to its partition, 1000 per pipelined round trip whatever partitions they go to
         (on a cluster the client splits each pipeline per node and writes the parts
         concurrently); results in input order. Everything is validated first; not atomic as a
-        whole, safe to retry (deduplication); the first error is raised after the rest ran."""
+        whole, safe to retry (deduplication); the first error is raised after the rest ran,
+        with each job's outcome in its ``partial_results`` (see ``JobQueue.enqueue_many``)."""
         routed: list[tuple[JobQueue[T], _Prepared]] = []
         with ExitStack() as stack:
             # validate and encode everything before anything is sent
@@ -146,21 +146,14 @@ class PartitionedJobQueue(Generic[T]):
                 span = stack.enter_context(tracing.producer_span(_SPAN, queue.name))
                 routed.append((queue, queue._prepare(job_id, payload, dedup_window, span)))
             await self.check()
-            results: list[EnqueueResult] = []
-            error: BaseException | None = None
-            for start in range(0, len(routed), 1000):
-                chunk = routed[start : start + 1000]
-                replies = await run_many(
-                    self.client, [(m.script or _ENQUEUE, m.keys, m.args) for _, m in chunk]
-                )
-                for (queue, m), reply in zip(chunk, replies, strict=True):
-                    if isinstance(reply, BaseException):
-                        error = error or reply
-                        continue
-                    results.append(queue._accepted(m.span, m, _to_result(reply)))
-        if error is not None:
-            raise error
-        return results
+
+            def accept(i: int, reply: Any) -> EnqueueResult:
+                queue, m = routed[i]
+                return queue._accepted(m.span, m, _to_result(reply))
+
+            return await run_enqueues(
+                self.client, [(m.script or _ENQUEUE, m.keys, m.args) for _, m in routed], accept
+            )
 
     async def enqueue_scheduled(
         self,

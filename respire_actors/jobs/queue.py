@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -21,6 +21,7 @@ from ..errors import (
     JobResultTimeout,
     JobResultUnavailable,
     RedisUnavailable,
+    RespireError,
     ValidationError,
 )
 from ..keys import JobQueueKeys, validate_name
@@ -63,6 +64,40 @@ def _pair(item: object, index: int) -> tuple[str, Any]:
             f"item {index} must be a (job_id, payload) pair, got {type(item).__name__}"
         )
     return item[0], item[1]
+
+
+async def run_enqueues(
+    client: RedisClient,
+    calls: Sequence[tuple[Script, Sequence[str], Sequence[bytes | str | int]]],
+    accept: Callable[[int, Any], EnqueueResult],
+) -> list[EnqueueResult]:
+    """Run enqueue script calls 1000 per pipelined round trip; ``accept(i, reply)`` turns call
+    ``i``'s reply into its result. Every round trip is sent even after a job was refused (the
+    others may fit or be deduplicated repeats); a round trip that fails as a whole (the
+    connection was lost) stops the call, its jobs' outcome unknown. Then the first error is
+    raised with :attr:`~respire_actors.errors.RespireError.partial_results`: each job's result,
+    error, or None when it was never sent."""
+    outcomes: list[EnqueueResult | BaseException | None] = [None] * len(calls)
+    first: BaseException | None = None
+    for start in range(0, len(calls), 1000):
+        chunk = calls[start : start + 1000]
+        try:
+            replies = await run_many(client, chunk)
+        except RespireError as exc:
+            outcomes[start : start + len(chunk)] = [exc] * len(chunk)
+            first = first or exc
+            break
+        for offset, reply in enumerate(replies):
+            if isinstance(reply, BaseException):
+                outcomes[start + offset] = reply
+                first = first or reply
+            else:
+                outcomes[start + offset] = accept(start + offset, reply)
+    if first is not None:
+        if isinstance(first, RespireError):
+            first.partial_results = list(outcomes)
+        raise first
+    return [o for o in outcomes if isinstance(o, EnqueueResult)]
 
 
 def _to_result(reply: Any) -> EnqueueResult:
@@ -177,7 +212,10 @@ class JobQueue(Generic[T]):
         (deduplication returns the existing entries). Under a backlog bound each job is
         checked on its own: the jobs that fit are enqueued and the first
         :class:`~respire_actors.errors.QueueFull` is raised after the rest ran (repeat the call
-        once the backlog drains: the accepted ones deduplicate).
+        once the backlog drains: the accepted ones deduplicate). The raised error's
+        ``partial_results`` lists each job's outcome in input order: its
+        :class:`EnqueueResult`, the error it got, or None if it was never sent (a connection
+        lost on an earlier round trip of 1000 jobs stops the call).
         """
         with ExitStack() as stack:
             prepared = []
@@ -189,18 +227,12 @@ class JobQueue(Generic[T]):
     async def _pipelined(
         self, script: Script, prepared: Sequence[_Prepared]
     ) -> list[EnqueueResult]:
-        """Run prepared enqueues 1000 per round trip; raise the first error after the rest ran."""
-        results: list[EnqueueResult] = []
-        for start in range(0, len(prepared), 1000):
-            chunk = prepared[start : start + 1000]
-            replies = await run_many(
-                self.client, [(p.script or script, p.keys, p.args) for p in chunk]
-            )
-            for p, reply in zip(chunk, replies, strict=True):
-                if isinstance(reply, BaseException):
-                    raise reply
-                results.append(self._accepted(p.span, p, _to_result(reply)))
-        return results
+        """Run prepared enqueues 1000 per round trip (see :func:`run_enqueues`)."""
+        return await run_enqueues(
+            self.client,
+            [(p.script or script, p.keys, p.args) for p in prepared],
+            lambda i, reply: self._accepted(prepared[i].span, prepared[i], _to_result(reply)),
+        )
 
     def _accepted(
         self, span: Span | None, prepared: _Prepared, result: EnqueueResult

@@ -18,7 +18,16 @@ from respire_actors.acl import acl_rules
 from respire_actors.actors.options import CONSUMER_GROUP
 from respire_actors.codecs import StrCodec
 from respire_actors.errors import QueueFull, ValidationError, WrongKeyType
-from respire_actors.jobs import ACK, Backlog, FlowNode, Job, JobEnqueueOptions, JobQueue
+from respire_actors.jobs import (
+    ACK,
+    Backlog,
+    EnqueueResult,
+    FlowNode,
+    Job,
+    JobEnqueueOptions,
+    JobQueue,
+    PartitionedJobQueue,
+)
 from respire_actors.redis.client import RedisClient, connect
 from respire_actors.redis.scripts import load
 
@@ -121,13 +130,65 @@ async def test_enqueue_many_takes_what_fits_then_raises(
     client: RedisClient, queue: JobQueue[str]
 ) -> None:
     await queue.set_max_backlog(3)
-    with pytest.raises(QueueFull):
+    with pytest.raises(QueueFull) as refused:
         await queue.enqueue_many([(f"m{i}", "x") for i in range(5)])
     assert await stored(client, queue) == (3, 0)
     for i in range(3):
         assert await client.execute("EXISTS", queue.keys.dedup(f"m{i}")) == 1
-    with pytest.raises(QueueFull):
+    # the error says which jobs went in: in input order, a result or the job's own error
+    outcomes = refused.value.partial_results
+    assert outcomes is not None and len(outcomes) == 5
+    assert [type(o).__name__ for o in outcomes] == ["EnqueueResult"] * 3 + ["QueueFull"] * 2
+    assert all(o.enqueued for o in outcomes[:3] if isinstance(o, EnqueueResult))
+    assert outcomes[3] is refused.value
+    # repeating the whole call: the accepted ones deduplicate, the others are still refused
+    with pytest.raises(QueueFull) as again:
+        await queue.enqueue_many([(f"m{i}", "x") for i in range(5)])
+    outcomes = again.value.partial_results
+    assert outcomes is not None
+    assert [o.enqueued for o in outcomes[:3] if isinstance(o, EnqueueResult)] == [False] * 3
+    assert all(isinstance(o, QueueFull) for o in outcomes[3:])
+    with pytest.raises(QueueFull) as scheduled:
         await queue.enqueue_scheduled_many([("s", "x")], JobEnqueueOptions(delay=60))
+    assert scheduled.value.partial_results == [scheduled.value]
+
+
+async def test_enqueue_many_past_one_round_trip_reports_every_job(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """1,500 jobs (two pipelined round trips of 1,000) against a bound of 800, the last ten
+    accepted earlier: the second round trip is still sent after refusals in the first (its
+    repeats deduplicate), and every job's outcome is reported in input order."""
+    jobs = [(f"b{i}", "x") for i in range(1500)]
+    await queue.enqueue_many(jobs[1490:])
+    await queue.set_max_backlog(800)
+    with pytest.raises(QueueFull) as refused:
+        await queue.enqueue_many(jobs)
+    outcomes = refused.value.partial_results
+    assert outcomes is not None and len(outcomes) == 1500
+    assert all(isinstance(o, EnqueueResult) and o.enqueued for o in outcomes[:790])
+    assert all(isinstance(o, QueueFull) for o in outcomes[790:1490])
+    assert all(isinstance(o, EnqueueResult) and not o.enqueued for o in outcomes[1490:])
+    assert await stored(client, queue) == (800, 0)
+
+
+async def test_a_partitioned_enqueue_many_reports_every_job(
+    client: RedisClient, unique_name: str
+) -> None:
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    full = queue.queues[queue.partition_of("p0")]
+    await full.set_max_backlog(1)
+    jobs = [(f"p{i}", "x") for i in range(40)]
+    with pytest.raises(QueueFull) as refused:
+        await queue.enqueue_many(jobs)
+    outcomes = refused.value.partial_results
+    assert outcomes is not None and len(outcomes) == 40
+    for (job_id, _), outcome in zip(jobs, outcomes, strict=True):
+        if queue.queues[queue.partition_of(job_id)] is not full:
+            assert isinstance(outcome, EnqueueResult) and outcome.enqueued, job_id
+    refused_ids = [j for (j, _), o in zip(jobs, outcomes, strict=True) if isinstance(o, QueueFull)]
+    in_full = [j for j, _ in jobs if queue.queues[queue.partition_of(j)] is full]
+    assert refused_ids == in_full[1:]  # the first job of the full partition fitted
 
 
 async def test_a_transactional_enqueue_refused_raises_from_its_result(
