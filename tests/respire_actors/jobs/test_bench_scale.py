@@ -23,6 +23,7 @@ def test_the_scale_benchmark_reports_every_layout(backend: str) -> None:
     result = subprocess.run(
         [sys.executable, "benchmarks/bench_scale.py", "--backend", backend, "--jobs", str(JOBS),
          "--processes", "2", "--repeat", "1", "--chunk", "50", "--topology", "single,cluster",
+         "--settle", "0.2",
          "--no-pin", "--json"],
         cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=110, check=False,
     )  # fmt: skip
@@ -51,7 +52,8 @@ def test_the_scale_benchmark_reports_a_partitioned_queue_per_shard(backend: str)
     result = subprocess.run(
         [sys.executable, "benchmarks/bench_scale.py", "--backend", backend, "--jobs", str(JOBS),
          "--processes", "2", "--repeat", "1", "--chunk", "50", "--topology",
-         "single-part,cluster-part", "--partitioned", "12", "--no-pin", "--json"],
+         "single-part,cluster-part", "--partitioned", "12", "--settle", "0.2", "--no-pin",
+         "--json"],
         cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=110, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
