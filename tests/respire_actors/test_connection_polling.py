@@ -144,3 +144,42 @@ def test_spin_wait_is_validated() -> None:
             ConnectionSettings.from_url(f"redis://h?spin_wait={bad}")
     with pytest.raises(ConfigurationError, match="spin_wait"):
         ConnectionSettings(spin_wait=True)
+
+
+async def test_a_lone_request_cancelled_while_polling_leaves_the_connection_aligned(
+    valkey_url: str, unique_name: str
+) -> None:
+    """The reply of a request cancelled during its poll is read and dropped later; the next
+    request on the same connection gets its own reply."""
+    key = f"{unique_name}:polled"
+    async with connect(with_spin(valkey_url, 0.01)) as client, connect(valkey_url) as pauser:
+        for round_ in range(3):
+            assert await pauser.execute("CLIENT", "PAUSE", 30, "WRITE") == b"OK"
+            with anyio.move_on_after(0.002) as scope:
+                await client.execute("INCR", key)  # held by the pause, cancelled while polled
+            assert scope.cancelled_caught
+            assert await client.execute("ECHO", f"mine-{round_}") == f"mine-{round_}".encode()
+        # every cancelled INCR still ran (the server had it): the outcome was unknown, not lost
+        assert await client.execute("GET", key) == b"3"
+        await client.execute("DEL", key)
+
+
+async def test_the_connection_killed_while_polling_fails_with_the_typed_error(
+    valkey_url: str, unique_name: str
+) -> None:
+    async with connect(with_spin(valkey_url, 0.01)) as client, connect(valkey_url) as killer:
+        await client.execute("CLIENT", "SETNAME", f"{unique_name}-victim")
+        me = await client.execute("CLIENT", "ID")
+        assert await killer.execute("CLIENT", "PAUSE", 200, "WRITE") == b"OK"
+
+        async def kill_soon() -> None:
+            await anyio.sleep(0.003)
+            await killer.execute("CLIENT", "KILL", "ID", me)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(kill_soon)
+            with pytest.raises(RedisUnavailable, match="may have run"):
+                await client.execute("INCR", f"{unique_name}:killed")
+        await killer.execute("CLIENT", "UNPAUSE")
+        assert await client.execute("PING") == b"PONG"  # the next call reconnects
+        await client.execute("DEL", f"{unique_name}:killed")
