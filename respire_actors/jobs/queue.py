@@ -376,7 +376,9 @@ class JobQueue(Generic[T]):
         options: JobEnqueueOptions | None = None,
     ) -> list[EnqueueResult]:
         """:meth:`enqueue_scheduled` for many jobs with the same options, pipelined; validated
-        up front, not atomic as a whole, safe to retry (deduplication)."""
+        up front, not atomic as a whole, safe to retry (deduplication). A refused job does not
+        stop the others; the first error is raised after them, with every job's outcome in its
+        ``partial_results`` (as :meth:`enqueue_many`)."""
         with ExitStack() as stack:
             prepared = []
             for i, item in enumerate(jobs):
