@@ -23,14 +23,21 @@ async def test_partitions_spread_over_every_master(
     queue = PartitionedJobQueue(cluster_client, unique_name, StrCodec(), partitions=64)
     await queue.enqueue_many([(f"j{i}", "x") for i in range(1000)])
     owners: Counter[int] = Counter()
-    slots = set()
+    slots, tags = set(), set()
     for i in range(64):
         key = queue.partition(i).keys.ready
+        tags.add(key[key.index("{") : key.index("}") + 1])
         slots.add(key_slot(key))
         node = cluster_nodes.owner_of(key_slot(key))
         assert node.execute("EXISTS", key) == 1  # the stream really lives on that master
         owners[node.port] += 1
-    assert len(slots) == 64
+    assert len(tags) == 64  # every partition has its own hash tag
+    # and nearly always its own slot. CRC16 is linear, so tags of the same length (indexes of
+    # the same digit count) never share a slot; for about 1 name in 200, some of the ten
+    # 1-digit indexes share a slot with a 2-digit one (each with at most one, since 2-digit
+    # ones never collide among themselves): at most 10 of 64, which only puts two partitions
+    # in one slot of one master
+    assert len(slots) >= 54
     assert set(owners) == set(cluster_nodes.ports)
     assert min(owners.values()) >= 8  # 64 tags over 3 masters: none nearly empty
     assert sum(await queue.backlog()) == 1000
