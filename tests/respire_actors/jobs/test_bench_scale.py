@@ -52,17 +52,22 @@ def test_the_scale_benchmark_reports_a_partitioned_queue_per_shard(backend: str)
     result = subprocess.run(
         [sys.executable, "benchmarks/bench_scale.py", "--backend", backend, "--jobs", str(JOBS),
          "--processes", "2", "--repeat", "1", "--chunk", "50", "--topology",
-         "single-part,cluster-part", "--partitioned", "12", "--settle", "0.2", "--no-pin",
-         "--json"],
+         "single-part,cluster1-part,cluster-part", "--partitioned", "12", "--settle", "0.2",
+         "--no-pin", "--json"],
         cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=110, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     runs = {r["topology"]: r for r in json.loads(result.stdout.strip().splitlines()[-1])}
-    assert set(runs) == {"single-part", "cluster-part"}
+    assert set(runs) == {"single-part", "cluster1-part", "cluster-part"}
     for run in runs.values():
         assert run["jobs"] == JOBS and sum(run["shard_jobs"]) == JOBS
         assert run["process_rate"] > 0 and run["server_us"] > 0 and run["worker_us"] > 0
+        # every command's µs per job: the scripts' (EVALSHA) and the streams' own
+        assert run["usec_per_job"]["evalsha"] > 0 and run["usec_per_job"]["xadd"] > 0
     assert runs["single-part"]["shard_jobs"] == [JOBS]
+    assert runs["cluster1-part"]["shard_jobs"] == [JOBS]  # one master holds every partition
+    # the shard-scaling comparison: three masters against the one-master cluster, same queue
+    assert "cluster-part: per-shard server CPU per job / cluster1-part's" in result.stdout
     cluster = runs["cluster-part"]
     # 12 partitions over three masters: each master holds some partitions and served their jobs
     assert len(cluster["shard_jobs"]) == 3 and all(j > 0 for j in cluster["shard_jobs"])
