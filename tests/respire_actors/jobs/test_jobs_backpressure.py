@@ -12,12 +12,13 @@ from datetime import timedelta
 
 import anyio
 import pytest
+from helpers.proxy import open_fault_proxy
 from jobs_helpers import create_group, deliver, running_worker
 
 from respire_actors.acl import acl_rules
 from respire_actors.actors.options import CONSUMER_GROUP
 from respire_actors.codecs import StrCodec
-from respire_actors.errors import QueueFull, ValidationError, WrongKeyType
+from respire_actors.errors import QueueFull, RedisUnavailable, ValidationError, WrongKeyType
 from respire_actors.jobs import (
     ACK,
     Backlog,
@@ -28,7 +29,7 @@ from respire_actors.jobs import (
     JobQueue,
     PartitionedJobQueue,
 )
-from respire_actors.redis.client import RedisClient, connect
+from respire_actors.redis.client import ConnectionSettings, RedisClient, connect
 from respire_actors.redis.scripts import load
 
 pytestmark = pytest.mark.anyio
@@ -316,3 +317,29 @@ async def test_the_producer_role_runs_a_bounded_enqueue(
                 await bounded.enqueue_scheduled("c", "x", JobEnqueueOptions(group="g"))
     finally:
         await client.execute("ACL", "DELUSER", user)
+
+
+async def test_enqueue_many_cut_off_by_a_lost_connection_reports_what_never_went(
+    client: RedisClient, queue: JobQueue[str], server_url: str
+) -> None:
+    """The reply of the first round trip (1,000 jobs) is lost: those jobs' outcome is unknown
+    (the error), the other 500 were never sent (None), and nothing is re-sent."""
+    await queue.enqueue("warm-up", "x")  # the script is cached on the server: no NOSCRIPT
+    port = ConnectionSettings.from_url(server_url).port
+    async with open_fault_proxy(port) as proxy, connect(proxy.url) as proxied:
+        cut_queue = JobQueue(proxied, queue.name, StrCodec())
+        proxy.cut_on_reply(lambda chunk: chunk.startswith(b"*2"))
+        with pytest.raises(RedisUnavailable) as lost:
+            await cut_queue.enqueue_many([(f"c{i}", "x") for i in range(1500)])
+    outcomes = lost.value.partial_results
+    assert outcomes is not None and len(outcomes) == 1500
+    assert all(o is lost.value for o in outcomes[:1000])
+    assert all(o is None for o in outcomes[1000:])
+    # some of the first round trip ran (the cut also drops request bytes still in the proxy):
+    # that is the unknown outcome; of the jobs reported as never sent, none exists
+    ready, _ = await stored(client, queue)
+    assert 1 < ready <= 1001
+    never = await client.pipeline(
+        [("EXISTS", queue.keys.dedup(f"c{i}")) for i in range(1000, 1500)]
+    )
+    assert never == [0] * 500
