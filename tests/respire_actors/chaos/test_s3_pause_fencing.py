@@ -25,7 +25,10 @@ async def test_fencing_rejects_every_transition_of_a_resumed_worker(
     for verdict in verdicts:
         assert verdict.passed, verdict
         assert verdict.completed == verdict.accepted > 0 and verdict.duplicates >= 0, verdict
-        assert verdict.details["paused_s"] > 1.0, verdict  # beyond the visibility timeout
+        # the pause outlasted the lease: the stale worker's last renewal (every third of the
+        # 1 s visibility timeout) may precede the stop by up to a third of it, so the second
+        # worker may take the jobs over as early as two thirds of a second into the pause
+        assert verdict.details["paused_s"] > 2 / 3, verdict
         if "handler-returned" in verdict.case:
             # every outcome the paused worker sent (ack, retry, dead letter) was refused as
             # stale; a handler the pause caught before it returned lost its lease instead
