@@ -1,7 +1,9 @@
 """Lua scripts shipped as package files, loaded once and run by SHA.
 
 Scripts live in ``respire_actors/scripts/<name>-<number of keys>.lua``. A line
-``--!include lib/<helper>.lua`` is replaced by that helper's text (cycles are an error).
+``--!include lib/<helper>.lua`` is replaced by that helper's text (cycles are an error), and
+the included top-level helpers the script cannot reach are then dropped
+(:mod:`respire_actors.redis.lua_prune`): Lua defines every one of them again on every call.
 A script runs by EVALSHA; a ``NOSCRIPT`` reply (the server lost its cache, or failed over)
 is answered with a full EVAL, which is safe because NOSCRIPT means nothing ran. Inside
 MULTI/EXEC a script is always queued as a full EVAL so a cache miss cannot abort the
@@ -24,6 +26,7 @@ from typing import Any
 
 from ..errors import ServerError
 from .client import Arg, Pending, RedisClient, Transaction
+from .lua_prune import prune
 
 _INCLUDE = re.compile(r"^--!include\s+(\S+)\s*$", re.MULTILINE)
 _NAME = re.compile(r"^(?P<name>[a-z0-9_]+)-(?P<keys>\d+)\.lua$")
@@ -110,7 +113,7 @@ def load(name: str) -> Script:
     for entry in folder.iterdir():
         match = _NAME.match(entry.name)
         if match and match.group("name") == name:
-            source = _resolve(entry.name, ())
+            source = prune(_resolve(entry.name, ()))
             sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
             return Script(name, int(match.group("keys")), source, sha)
     raise LookupError(f"no Lua script named {name!r} in respire_actors/scripts")
