@@ -204,7 +204,15 @@ async def test_events_follow_until_interrupted(
                 )  # fmt: skip
                 lines.append(proc.stdout.readline())
                 proc.send_signal(signal.SIGINT)
-                return lines, proc.wait(30), proc.stderr.read()
+                # communicate, not wait: a child blocked on a full stderr pipe must not look
+                # like one that ignored the signal
+                try:
+                    _, stderr = proc.communicate(timeout=30)
+                except subprocess.TimeoutExpired as exc:
+                    proc.kill()
+                    _, stderr = proc.communicate()
+                    raise AssertionError(f"SIGINT did not stop the follower: {stderr}") from exc
+                return lines, proc.returncode, stderr
             finally:
                 if proc.poll() is None:
                     proc.kill()
