@@ -36,7 +36,9 @@ MAX_DEDUP_ID_BYTES = 1024
 """Longest dedup id, in UTF-8 bytes (the same bound as a job id)."""
 
 RECEIVE_SPAN = "message receive"
-_RECEIPT = re.compile(r"^(\d+-\d+):(\d+):(\d+)$")
+_RECEIPT = re.compile(r"^(([0-9]+)-([0-9]+)):([0-9]+):([0-9]+)$")
+_MAX_ID_PART = 2**64 - 1  # a stream id's milliseconds and sequence number
+_MAX_DELIVERIES = 2**31 - 1
 
 Mode = Literal["queue", "topic"]
 
@@ -81,9 +83,17 @@ def parse_receipt(target: object) -> tuple[str, str, str]:
             f"expected a Message or its receipt string, got {type(target).__name__}"
         )
     match = _RECEIPT.match(receipt)
-    if match is None:
-        raise ValidationError(f"malformed receipt {receipt!r}")
-    return match.group(1), match.group(2), match.group(3)
+    if (
+        match is None
+        or int(match.group(2)) > _MAX_ID_PART
+        or int(match.group(3)) > _MAX_ID_PART
+        or not 1 <= int(match.group(4)) <= _MAX_DELIVERIES
+    ):
+        raise ValidationError(
+            f"malformed receipt {receipt!r}: expected '<entry id>:<delivery count>:<stamp>' "
+            "as Message.receipt gives it"
+        )
+    return match.group(1), match.group(4), match.group(5)
 
 
 def _text(value: Any) -> str:

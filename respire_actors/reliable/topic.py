@@ -10,8 +10,10 @@ subscription still needs.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import Any, Generic, Literal, TypeVar
 
+from ..actors.options import is_entry_id, retention_age_ms, validate_max_length
 from ..codecs import Codec, check_codec, encode_with
 from ..errors import ValidationError
 from ..keys import ReliableQueueKeys, validate_name
@@ -266,17 +268,16 @@ class ReliableTopic(Generic[T]):
         """
         if max_age is None and max_length is None and min_id is None:
             raise ValidationError("trim needs max_age, max_length or min_id")
-        age_ms = "" if max_age is None else str(to_ms(max_age, "max_age", allow_zero=True))
-        if max_length is not None and (
-            not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 0
+        age_ms = "" if max_age is None else str(_trim_age_ms(max_age))
+        if max_length is not None:
+            validate_max_length(max_length)
+        if min_id is not None and not (
+            isinstance(min_id, str) and "-" in min_id and is_entry_id(min_id)
         ):
-            raise ValidationError(f"max_length must be a non-negative int, got {max_length!r}")
-        if min_id is not None:
-            parts = min_id.split("-") if isinstance(min_id, str) else []
-            if len(parts) != 2 or not all(p.isdigit() for p in parts):
-                raise ValidationError(
-                    f"min_id must be a stream id like '1700000000000-0', got {min_id!r}"
-                )
+            raise ValidationError(
+                f"min_id must be a stream id like '1700000000000-0' (two 64-bit unsigned "
+                f"integers), got {min_id!r}"
+            )
         reply = await load("topic_trim")(
             self._client,
             [self._keys.stream],
@@ -293,3 +294,13 @@ class ReliableTopic(Generic[T]):
 
     def __repr__(self) -> str:
         return f"ReliableTopic({self._name!r}, codec={self._codec!r})"
+
+
+def _trim_age_ms(value: object) -> int:
+    """``max_age`` of a topic trim in whole milliseconds: zero (everything is out of policy) or
+    a retention age of up to ten years, as for a job queue's retention."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value == 0:
+        return 0
+    if isinstance(value, timedelta) and not value:
+        return 0
+    return retention_age_ms(value, what="max_age")

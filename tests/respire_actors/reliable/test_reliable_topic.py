@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import anyio
 import pytest
 from reliable_helpers import entry_ids, pending_count, wait_for_server_time
@@ -214,6 +216,9 @@ async def test_trim_by_age_and_min_id(client: RedisClient, topic: ReliableTopic[
     newer = await topic.publish("c")
 
     assert (await topic.trim(max_age=3600)).removed == 0  # everything is recent
+    # retention ages beyond 2**31-1 ms (about 24.8 days) are ordinary: keep a month, a year
+    assert (await topic.trim(max_age=timedelta(days=31))).removed == 0
+    assert (await topic.trim(max_age=365 * 86400, min_id="0-1")).removed == 0
     result = await topic.trim(min_id=ids[1])
     assert result.removed == 1 and result.held_by == ()
     await wait_for_server_time(client, int(newer.split("-")[0]) + 5)

@@ -95,11 +95,20 @@ async def test_bad_send_ack_nack_arguments() -> None:
         await queue.send("x", dedup_id=7)  # type: ignore[arg-type]
     with pytest.raises(EncodeError):
         await queue.send_many(["ok", 3])  # type: ignore[list-item]
-    for receipt in ["", "1-0", "1-0:1", "1-0:x:5", "1-0:1:5:6", "abc:1:2", 17]:
+    bad_receipts = ["", "1-0", "1-0:1", "1-0:x:5", "1-0:1:5:6", "abc:1:2", 17,
+                    "1-0:0:5", "1-0:2147483648:5",  # delivery counts start at 1, fit 31 bits
+                    "\u0661-\u0660:1:5", "1-0:\u0661:5",  # digits, but not ASCII ones
+                    "18446744073709551616-0:1:5", "1-18446744073709551616:1:5"]  # fmt: skip
+    for receipt in bad_receipts:
         with pytest.raises(ValidationError):
             await queue.ack(receipt)  # type: ignore[arg-type]
         with pytest.raises(ValidationError):
             await queue.nack(receipt)  # type: ignore[arg-type]
+        # a batch with one bad receipt is refused whole, before anything is sent
+        with pytest.raises(ValidationError):
+            await queue.ack_many(["1-0:1:5", receipt])  # type: ignore[list-item]
+        with pytest.raises(ValidationError):
+            await queue.nack_many(["1-0:1:5", receipt])  # type: ignore[list-item]
     with pytest.raises(ValidationError):
         await queue.nack("1-0:1:5", -0.5)
     with pytest.raises(ValidationError):
@@ -135,8 +144,16 @@ async def test_bad_topic_arguments() -> None:
         await topic.trim(max_length=-1)
     with pytest.raises(ValidationError):
         await topic.trim(max_age=-1)
-    with pytest.raises(ValidationError):
-        await topic.trim(min_id="yesterday")
+    bad_limits: list[dict[str, object]] = [
+        {"min_id": "yesterday"}, {"min_id": "5"}, {"min_id": "\u0661-\u0660"},
+        {"min_id": "1-0\n"}, {"min_id": 5},
+        {"min_id": "18446744073709551616-0"}, {"min_id": "1-18446744073709551616"},
+        {"max_length": 2**53}, {"max_length": True}, {"max_length": 1.5},
+        {"max_age": timedelta(days=3653)}, {"max_age": float("nan")}, {"max_age": "1"},
+    ]  # fmt: skip
+    for limits in bad_limits:
+        with pytest.raises(ValidationError):
+            await topic.trim(**limits)  # type: ignore[arg-type]
     with pytest.raises(ValidationError):
         await topic.subscription("s").receive(1, max=0)
 
