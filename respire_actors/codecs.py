@@ -145,10 +145,20 @@ class JsonCodec(Generic[T]):
         return self._type
 
     def encode(self, value: T) -> bytes:
+        """JSON of ``value``, checked to decode back into the codec's type: a payload whose
+        fields do not match their annotations (a plain dataclass does not check them) is an
+        :class:`EncodeError` here, not a message every consumer would fail to decode."""
         try:
-            return self._converter.dumps(value, unstructure_as=self._type).encode("utf-8")
+            data = self._converter.dumps(value, unstructure_as=self._type).encode("utf-8")
         except Exception as exc:
             raise EncodeError(f"cannot encode {type(value).__name__} as JSON: {exc}") from exc
+        try:
+            self._converter.loads(data, self._type)
+        except Exception as exc:
+            raise EncodeError(
+                f"{type(value).__name__} would not decode as a {self._type_name()}: {exc}"
+            ) from exc
+        return data
 
     def decode(self, data: bytes) -> T:
         try:

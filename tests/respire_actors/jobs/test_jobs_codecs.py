@@ -142,6 +142,31 @@ def test_json_codec_accepts_exact_types_and_ints_for_floats() -> None:
         JsonCodec(int).decode(b"true")
 
 
+@pytest.mark.parametrize(
+    "payload",
+    [Email(123, 1), Email("a", "5"), Email("a", True), Email("a", 1, urgent=1),  # type: ignore[arg-type]
+     Email("a", 1, weight="2"), Email(None, 1)],  # type: ignore[arg-type]
+)  # fmt: skip
+@pytest.mark.parametrize("path", list(ENQUEUES))
+async def test_a_payload_that_would_not_decode_is_refused_before_sending(
+    client: RedisClient, unique_name: str, payload: Email, path: str
+) -> None:
+    """A plain dataclass does not check its fields' types: JsonCodec.encode checks that what
+    it sends decodes back, so a mistyped payload never becomes a job no worker can decode."""
+    queue: JobQueue[Email] = JobQueue(client, unique_name, JsonCodec(Email))
+    enqueue = {
+        "enqueue": lambda: queue.enqueue("j", payload),
+        "enqueue_many": lambda: queue.enqueue_many([("a", Email("ok", 1)), ("b", payload)]),
+        "enqueue_scheduled": lambda: queue.enqueue_scheduled("j", payload, JobEnqueueOptions()),
+        "enqueue_scheduled_many": lambda: queue.enqueue_scheduled_many([("a", payload)]),
+    }[path]
+    with forbid_commands(client), pytest.raises(EncodeError, match="would not decode"):
+        await enqueue()
+    assert JsonCodec(Email).decode(JsonCodec(Email).encode(Email("a", 2, True, 3))) == Email(
+        "a", 2, True, 3.0
+    )
+
+
 def test_json_value_codec_round_trips_plain_values() -> None:
     codec = JsonValueCodec()
     assert codec.decode(codec.encode(Email("a", 1))) == {
