@@ -769,8 +769,8 @@ class RedisClient:
     ) -> list[Any]:
         """Send many commands in one write; return each reply or its mapped exception.
 
-        With ``transaction=True`` they run in MULTI/EXEC (one contiguous write on the shared
-        connection, so no other task's command can land inside it). The replies are awaited
+        With ``transaction=True`` they run in MULTI/EXEC on a dedicated connection (MULTI alone
+        first: see :class:`Transaction`). The replies are awaited
         even if the caller is cancelled (bounded by the command timeout): the pipeline runs
         exactly once either way (even if the caller was cancelled before calling). If no reply
         arrives in time every result is a :class:`CommandTimeout`; a lost connection raises
@@ -857,8 +857,8 @@ class RedisClient:
         return [_mapped(r) for r in results]
 
     async def _multi_exec(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
-        """MULTI, the commands and EXEC in one write on the shared connection."""
-        payload = encode(("MULTI",)) + encode_many(commands) + encode(("EXEC",))
+        """MULTI, then the commands and EXEC, on a dedicated connection of the commands' node
+        (see :func:`_run_multi` for why MULTI goes alone)."""
         slot = None
         if self._router is not None:
             for command in commands:
@@ -866,7 +866,22 @@ class RedisClient:
                 if slot is not None:
                     break
         for attempt in range(2):
-            replies = await self._shared(slot, payload, len(commands) + 2, True)
+            if self._router is not None:
+                address = await self._router.route(slot)
+                pool = self._router.pool(address)
+            else:
+                assert self._pool is not None
+                pool = self._pool
+            conn = await pool.acquire()
+            try:
+                replies = await _run_multi(conn, commands, self.settings.command_timeout)
+            except RedisUnavailable:
+                if self._router is not None:
+                    self._router.unreachable(address)
+                raise
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await pool.release(conn)
             outcome = _exec_outcome(replies)
             if outcome == "moved" and attempt == 0 and self._router is not None:
                 await self._router.refresh(force=True)  # nothing ran: send it to the new owner
@@ -944,6 +959,24 @@ class RedisClient:
         return int(seconds) * 1000 + int(micros) // 1000
 
 
+async def _run_multi(conn: Dedicated, commands: Sequence[Sequence[Arg]], timeout: float) -> Any:
+    """MULTI alone, then (once it was accepted) the commands and EXEC in one write; returns
+    every reply (MULTI's, each command's, EXEC's).
+
+    MULTI is not pipelined with the commands: a server that refuses MULTI (an ACL user
+    without ``+multi``) runs each following command at once, outside any transaction, so
+    the commands are sent only after MULTI's ``OK``. A refused MULTI raises its mapped error
+    (nothing ran). A connection lost after MULTI discards the transaction on the server.
+    """
+    with anyio.fail_after(timeout):
+        (multi,) = await conn.call(encode(("MULTI",)), 1)
+    if type(multi) is ReplyError:
+        raise _map_reply(str(multi))
+    with anyio.fail_after(timeout * 2):
+        rest = await conn.call(encode_many(commands) + encode(("EXEC",)), len(commands) + 1)
+    return [multi, *rest]
+
+
 def _exec_outcome(replies: list[Any]) -> list[Any] | BaseException | str | None:
     """EXEC's result: the mapped replies, None (WATCH aborted), "moved"/"ask" (a queued
     command was redirected, nothing ran), or the error that aborted the transaction."""
@@ -958,6 +991,9 @@ def _exec_outcome(replies: list[Any]) -> list[Any] | BaseException | str | None:
                     return "moved"
                 if text.startswith("ASK "):
                     return "ask"
+                cause = text.partition("EXECABORT Transaction discarded because of: ")[2]
+                if cause.startswith("NOPERM"):  # EXEC itself refused: a PermissionDenied
+                    return _map_reply(cause)
                 return _map_reply(text)
     if exec_reply is None:
         return None
@@ -1128,9 +1164,10 @@ class Transaction(AbstractAsyncContextManager["Transaction"]):
             committed = await tx.commit()                       # False if WATCH aborted
         saved.result(); job.result()
 
-    Nothing queued is sent before :meth:`commit`, which writes MULTI, the commands and EXEC
-    in one piece. Without WATCH keys that goes over the shared connection; with them the
-    transaction holds a dedicated connection from :meth:`__aenter__` to the end. Leaving the
+    Nothing queued is sent before :meth:`commit`, which sends MULTI alone and, once the server
+    accepted it, the commands and EXEC in one write (a refused MULTI is a
+    :class:`PermissionDenied` and nothing ran), on a pooled dedicated connection: with WATCH
+    keys the transaction holds it from :meth:`__aenter__` to the end. Leaving the
     block without committing discards everything. Redis does not roll back a command that
     fails at run time inside EXEC: inspect every :class:`Pending` result. All keys must hash
     to one cluster slot.
@@ -1252,10 +1289,10 @@ class Transaction(AbstractAsyncContextManager["Transaction"]):
                         return True
                     outcome: Any = await client._multi_exec(commands)
                 else:
-                    payload = encode(("MULTI",)) + encode_many(commands) + encode(("EXEC",))
                     try:
-                        with anyio.fail_after(client.settings.command_timeout * 2):
-                            replies = await self._conn.call(payload, len(commands) + 2)
+                        replies = await _run_multi(
+                            self._conn, commands, client.settings.command_timeout
+                        )
                     finally:
                         await self._release()
                     outcome = _exec_outcome(replies)

@@ -54,9 +54,12 @@ end
 local err = respire_preflight(
   {{policy, 'hash'}, {order, 'zset'}, {jobs, 'zset'}, {parked, 'zset'}, {leases, 'zset'},
    {owners, 'hash'}},
+  -- the reads 'set' and 'resume' make after their first write (is the group parked, has it
+  -- staged jobs) are checked here too: a refusal there would leave the policy half-changed
   (op == 'set' or op == 'pause' or op == 'resume') and
     {{'HSET', policy, 'f', 'v'}, {'HDEL', policy, 'f'}, {'ZADD', order, '0', 'm'},
-     {'ZREM', order, 'm'}, {'ZADD', parked, '0', 'm'}, {'ZREM', parked, 'm'}} or {})
+     {'ZREM', order, 'm'}, {'ZADD', parked, '0', 'm'}, {'ZREM', parked, 'm'},
+     {'ZSCORE', parked, 'm'}, {'ZRANGEBYLEX', jobs, '-', '+'}} or {})
 if err then return err end
 
 local function store(p)

@@ -50,7 +50,8 @@ err = respire_preflight(
    {policy, 'hash'}},
   {{'XADD', scheduled, '*', 'f', 'v'}, {'XDEL', scheduled, '0-1'}, {'ZADD', jobs, '0', 'm'},
    {'ZREM', jobs, 'm'}, {'ZADD', order, '0', 'm'}, {'SET', dedup, 'v', 'PX', '1'},
-   {'HINCRBY', policy, 'f', '1'}, {'HDEL', policy, 'f'}, {'ZADD', parked, '0', 'm'}})
+   {'HINCRBY', policy, 'f', '1'}, {'HDEL', policy, 'f'}, {'ZADD', parked, '0', 'm'},
+   {'ZSCORE', parked, 'm'}})  -- ZSCORE runs after the XADD (is the group parked?)
 if err then return err end
 local now = respire_now_ms()
 local fields = {}

@@ -19,7 +19,7 @@ from helpers.servers import Cluster
 from respire_actors.acl import ROLE_COMMANDS, ROLES, Role, acl_rules
 from respire_actors.codecs import StrCodec
 from respire_actors.errors import PermissionDenied, ValidationError
-from respire_actors.jobs import ACK, FlowNode, JobQueue, Outcome, Worker
+from respire_actors.jobs import ACK, FlowNode, JobEnqueueOptions, JobQueue, Outcome, Worker
 from respire_actors.jobs.job import Job
 from respire_actors.keys import job_queue_key_pattern
 from respire_actors.redis.client import RedisClient, connect
@@ -155,7 +155,34 @@ async def _cancel_batch(c: RedisClient, name: str) -> None:
     await JobQueue(c, name, StrCodec()).cancel_batch("batch")
 
 
+async def _enqueue_in_transaction(c: RedisClient, name: str) -> None:
+    """A business write and an enqueue, atomically (the transactional enqueue)."""
+    queue = JobQueue(c, name, StrCodec())
+    async with c.transaction() as tx:
+        tx.queue("SET", queue.keys.custom("order"), "paid")
+        queue.enqueue_in(tx, "tx-job", "x")
+        await tx.commit()
+
+
+async def _enqueue_grouped(c: RedisClient, name: str) -> None:
+    options = JobEnqueueOptions(group="tenant-a")
+    await JobQueue(c, name, StrCodec()).enqueue_scheduled("grouped-2", "x", options)
+
+
+async def _set_group_options(c: RedisClient, name: str) -> None:
+    await JobQueue(c, name, StrCodec()).set_group_options("tenant-a", max_concurrency=2)
+
+
 MISSING: list[tuple[Role, str, Path]] = [
+    # a refused MULTI used to let the queued commands run at once, outside any transaction,
+    # while commit() raised: MULTI now goes alone and the commands only after its OK
+    ("producer", "multi", _enqueue_in_transaction),
+    ("producer", "exec", _enqueue_in_transaction),  # EXECABORT used to be an untyped error
+    # reads a script makes after its first write are checked before it (they used to fail
+    # after the write: XADD then ZSCORE, HSET then ZSCORE)
+    ("producer", "zscore", _enqueue_grouped),
+    ("operator", "zscore", _set_group_options),
+    ("operator", "zrangebylex", _set_group_options),
     ("producer", "type", _enqueue),  # the preflight checks TYPE before calling it
     ("producer", "xdel", _enqueue),  # needed to roll an append back
     ("scheduler", "zadd", _upsert),
