@@ -16,6 +16,7 @@ handed over.
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import anyio
@@ -39,6 +40,21 @@ from .messages import (
 )
 from .runtime import Lease, QueueRuntime, log
 from .telemetry import run_handler
+
+
+def _raised_by_handler() -> bool:
+    """Whether the ``asyncio.CancelledError`` being handled is the handler's own (it awaited a
+    future or task that was cancelled, or raised one) rather than a cancellation of this task.
+
+    On asyncio a cancel scope cancels its task with ``Task.cancel()``, which counts in
+    ``Task.cancelling()``; a handler's own CancelledError does not. Under trio cancellation is
+    ``trio.Cancelled``, so any ``asyncio.CancelledError`` is the handler's. Left to propagate,
+    it would end the runners' task group and cancel every other running handler.
+    """
+    if anyio.get_cancelled_exc_class() is not asyncio.CancelledError:
+        return True  # trio
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() == 0
 
 
 async def process(
@@ -119,6 +135,18 @@ async def process(
             rt.stats.failed += 1
             log.exception(
                 "handler for %s failed on %r (attempt %d)", rt.name, label, delivery.attempt
+            )
+        except asyncio.CancelledError:
+            if not _raised_by_handler():
+                raise  # this task is being cancelled (lease, budget, shutdown)
+            failed = True
+            rt.stats.failed += 1
+            log.exception(
+                "handler for %s raised a CancelledError of its own on %r (attempt %d): a "
+                "failure, the nack policy applies",
+                rt.name,
+                label,
+                delivery.attempt,
             )
         finally:
             if lease is not None:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+import anyio
 import pytest
 from jobs_helpers import (
     all_events,
@@ -395,3 +396,45 @@ async def test_complete_refuses_a_bad_result_in_the_handler(
         assert stats.acked == 0
     assert len(raised) == 1 and type(raised[0]) is error
     assert Complete(b"x" * 4096).result == b"x" * 4096  # the limit itself is allowed
+
+
+# -- a handler's own CancelledError ------------------------------------------------------------
+
+
+async def test_a_handlers_own_cancelled_error_is_its_failure_and_spares_the_others(
+    client: RedisClient, queue: JobQueue[str], anyio_backend: str
+) -> None:
+    """An ``asyncio.CancelledError`` a handler lets escape (it awaited a task that was
+    cancelled, or raised one) used to end the runners' task group on asyncio: every other
+    running handler was cancelled and lost an attempt. It is that handler's failure now, on
+    both backends; the others finish their first attempt."""
+    import asyncio
+
+    await queue.enqueue_many([(f"ok-{i}", "slow") for i in range(3)] + [("bad", "cancel")])
+    started: set[str] = set()
+
+    async def handler(job: Job[str]) -> Any:
+        started.add(job.id)
+        if job.payload == "cancel":
+            await wait_until(lambda: len(started) == 4)  # the others are running
+            if anyio_backend == "asyncio":
+                inner = asyncio.ensure_future(asyncio.sleep(10))
+                inner.cancel()
+                await inner  # raises the inner task's CancelledError
+            raise asyncio.CancelledError("raised by the handler")
+        await wait_until(lambda: len(started) == 4)
+        await anyio.sleep(0.3)  # still running when the bad handler fails
+        return ACK
+
+    options = fast_options(delivery_limit=1, visibility_timeout=60)
+    async with running_worker(client, queue.name, handler, options=options) as worker:
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.acked == 3 and stats.dead_lettered == 1)
+        assert stats.failed == 1 and stats.leases_lost == 0
+    ((_, fields),) = await queue.read_dead_letters()
+    assert fields["_respire.job.id"] == b"bad"
+    assert fields["_respire.reason"] == b"processing-failed"
+    completed = [e for e in await all_events(client, queue.keys) if e.kind == "completed"]
+    assert sorted(e.job_id for e in completed) == ["ok-0", "ok-1", "ok-2"]
+    assert {e.attempt for e in completed} == {1}  # none was cancelled and run again
+    assert await pending_rows(client, queue.keys) == []
