@@ -76,7 +76,7 @@ class PartitionedJobQueue(Generic[T]):
         self.queues: tuple[JobQueue[T], ...] = tuple(
             JobQueue(client, partition_name(name, i), codec) for i in range(partitions)
         )
-        self._checked = False
+        self._checked = False  # the count was recorded or found equal
         self._lock = anyio.Lock()
 
     # -- routing ----------------------------------------------------------------------------
@@ -108,6 +108,18 @@ class PartitionedJobQueue(Generic[T]):
             if not self._checked:
                 await check_partition_count(self.client, self.name, self.partitions)
                 self._checked = True
+
+    async def _verify(self) -> None:
+        """Before a control or an inspection: compare the partition count with the recorded
+        one without recording it (an observer may not write). A mismatch would pause, inspect
+        or route to partitions the producers and workers do not use."""
+        if self._checked:
+            return
+        async with self._lock:
+            if not self._checked:
+                self._checked = await check_partition_count(
+                    self.client, self.name, self.partitions, record=False
+                )
 
     # -- enqueue ----------------------------------------------------------------------------
     async def enqueue(
@@ -188,7 +200,9 @@ class PartitionedJobQueue(Generic[T]):
         lease_duration: timedelta | float = DEFAULT_LEASE,
     ) -> bool:
         """:meth:`JobQueue.set_group_options` in the group's partition."""
-        return await self.group_queue(group).set_group_options(
+        queue = self.group_queue(group)
+        await self._verify()
+        return await queue.set_group_options(
             group,
             max_concurrency=max_concurrency,
             rate_limit=rate_limit,
@@ -197,18 +211,25 @@ class PartitionedJobQueue(Generic[T]):
 
     async def pause_group(self, group: str) -> bool:
         """:meth:`JobQueue.pause_group` in the group's partition."""
-        return await self.group_queue(group).pause_group(group)
+        queue = self.group_queue(group)
+        await self._verify()
+        return await queue.pause_group(group)
 
     async def resume_group(self, group: str) -> bool:
         """:meth:`JobQueue.resume_group` in the group's partition."""
-        return await self.group_queue(group).resume_group(group)
+        queue = self.group_queue(group)
+        await self._verify()
+        return await queue.resume_group(group)
 
     async def get_group(self, group: str) -> GroupInfo:
         """:meth:`JobQueue.get_group` in the group's partition."""
-        return await self.group_queue(group).get_group(group)
+        queue = self.group_queue(group)
+        await self._verify()
+        return await queue.get_group(group)
 
     # -- controls and inspection ------------------------------------------------------------
     async def _each(self, method: str, *args: Any) -> list[Any]:
+        await self._verify()
         out: list[Any] = [None] * self.partitions
 
         async def one(i: int) -> None:
@@ -241,7 +262,9 @@ class PartitionedJobQueue(Generic[T]):
     async def status(self, job_id: str, *, ordering_key: str | None = None) -> JobStatus:
         """:meth:`JobQueue.status` in the job's partition: pass the ``ordering_key`` the job
         was enqueued with, if any (without it the job id is routed, as at enqueue)."""
-        return await self.queue_for(job_id, ordering_key).status(job_id)
+        queue = self.queue_for(job_id, ordering_key)
+        await self._verify()
+        return await queue.status(job_id)
 
     async def result(
         self,
@@ -254,13 +277,16 @@ class PartitionedJobQueue(Generic[T]):
         """:meth:`JobQueue.result` in the job's partition (``ordering_key`` as in
         :meth:`status`)."""
         queue = self.queue_for(job_id, ordering_key)
+        await self._verify()
         return await queue.result(job_id, timeout=timeout, codec=codec)
 
     async def get_logs(
         self, job_id: str, count: int = 100, *, ordering_key: str | None = None
     ) -> list[str]:
         """:meth:`JobQueue.get_logs` in the job's partition."""
-        return await self.queue_for(job_id, ordering_key).get_logs(job_id, count)
+        queue = self.queue_for(job_id, ordering_key)
+        await self._verify()
+        return await queue.get_logs(job_id, count)
 
     async def read_metrics(self, minutes: int = 60) -> list[MinuteMetrics]:
         """Per-minute completed / failed counts summed over the partitions (each partition's
@@ -277,6 +303,7 @@ class PartitionedJobQueue(Generic[T]):
     async def backlog(self) -> list[int]:
         """Each partition's ready stream length (XLEN: entries retained, acknowledged or not),
         in partition order; one pipelined call per server."""
+        await self._verify()
         replies = await self.client.pipeline([("XLEN", q.keys.ready) for q in self.queues])
         out = []
         for reply in replies:

@@ -57,13 +57,20 @@ def partition_names(name: str, partitions: int) -> tuple[str, ...]:
     return (name, *(partition_name(name, i) for i in range(partitions)))
 
 
-async def check_partition_count(client: RedisClient, name: str, partitions: int) -> None:
+async def check_partition_count(
+    client: RedisClient, name: str, partitions: int, *, record: bool = True
+) -> bool:
     """Record ``partitions`` as queue ``name``'s count, or compare it with the recorded one
-    (one script). Raises :class:`PartitionCountMismatch` when they differ."""
+    (one script). With ``record=False`` only compare (nothing is written; a queue with no
+    recorded count passes). Returns whether a count is recorded now. Raises
+    :class:`PartitionCountMismatch` when they differ."""
     key = partitions_key(name, client.key_prefix)
-    reply = await _PARTITIONS(client, (key,), ("init", partitions))
-    if text(reply[0]) == "mismatch":
-        stored = int(reply[1])
+    reply = await _PARTITIONS(client, (key,), ("init", partitions) if record else ("get",))
+    status = text(reply[0])
+    if status == "absent":
+        return False
+    stored = int(reply[1])
+    if status == "mismatch" or (status == "match" and stored != partitions):
         raise PartitionCountMismatch(
             f"partitioned queue {name!r} has {stored} partitions recorded in Redis ({key}), "
             f"but this process was configured with {partitions}: a job would go to a "
@@ -73,6 +80,7 @@ async def check_partition_count(client: RedisClient, name: str, partitions: int)
             configured=partitions,
             stored=stored,
         )
+    return True
 
 
 __all__ = ["check_partition_count", "partition_names", "partition_of", "validate_partitions"]

@@ -29,7 +29,7 @@ if not stored then
   return {'stored', n}
 end
 local s = tonumber(stored)
-if not s then
+if not s or s % 1 ~= 0 or s < 1 or s > 1024 then
   return redis.error_reply('RESPIRE_WRONGTYPE ' .. key .. ' holds ' .. stored .. ', not a partition count')
 end
 if action == 'get' or s == n then return {'match', s} end

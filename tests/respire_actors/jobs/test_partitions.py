@@ -29,7 +29,7 @@ from respire_actors import (
     Worker,
 )
 from respire_actors.acl import acl_rules
-from respire_actors.errors import PermissionDenied
+from respire_actors.errors import PermissionDenied, WrongKeyType
 from respire_actors.jobs import partition_names, partition_of
 from respire_actors.keys import partitions_key
 from respire_actors.redis.client import RedisClient
@@ -144,7 +144,12 @@ async def test_a_producer_or_worker_with_another_count_gets_a_typed_error(
     with pytest.raises(PartitionCountMismatch) as caught:
         await other.enqueue("b", "x")
     assert (caught.value.configured, caught.value.stored) == (16, 8)
-    assert sum(await other.backlog()) == 1  # nothing was sent to the wrong partition
+    right = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=8)
+    assert sum(await right.backlog()) == 1  # nothing was sent to the wrong partition
+    assert [await client.execute("EXISTS", other.partition(i).keys.ready) for i in (8, 15)] == [
+        0,
+        0,
+    ]
     worker = Worker()
     worker.register(unique_name, _ack, StrCodec(), fast_options(), partitions=4)
     with anyio.fail_after(10), pytest.raises(PartitionCountMismatch):
@@ -154,6 +159,45 @@ async def test_a_producer_or_worker_with_another_count_gets_a_typed_error(
         key = other.partition(i).keys.ready
         if await client.execute("EXISTS", key):
             assert await client.execute("XINFO", "GROUPS", key) == []
+
+
+@pytest.mark.parametrize("configured", [4, 16])
+async def test_controls_and_inspection_with_another_count_get_a_typed_error(
+    client: RedisClient, unique_name: str, configured: int
+) -> None:
+    """pause() with 4 of 8 partitions used to pause half the queue and report it paused; with
+    16 it wrote control keys of partitions nobody reads. Every control and inspection now
+    compares the count first (read only: an observer may not write)."""
+    right = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=8)
+    await right.enqueue("a", "x")
+    other = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=configured)
+    before = await client.execute("KEYS", f"*{unique_name}*")
+    calls = {
+        "pause": other.pause, "resume": other.resume, "get_state": other.get_state,
+        "status": lambda: other.status("a"), "get_logs": lambda: other.get_logs("a"),
+        "result": lambda: other.result("a", timeout=None), "backlog": other.backlog,
+        "read_metrics": other.read_metrics,
+        "set_group_options": lambda: other.set_group_options("g", max_concurrency=1),
+        "pause_group": lambda: other.pause_group("g"),
+        "resume_group": lambda: other.resume_group("g"), "get_group": lambda: other.get_group("g"),
+    }  # fmt: skip
+    for name, call in calls.items():
+        with pytest.raises(PartitionCountMismatch) as caught:
+            await call()
+        assert (caught.value.configured, caught.value.stored) == (configured, 8), name
+    assert sorted(await client.execute("KEYS", f"*{unique_name}*")) == sorted(before)
+    assert (await right.get_state()).paused_partitions == 0
+
+
+async def test_a_recorded_count_that_is_not_an_integer_is_a_wrong_type(
+    client: RedisClient, unique_name: str
+) -> None:
+    await client.execute("SET", partitions_key(unique_name), "8.5")
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=8)
+    with pytest.raises(WrongKeyType):
+        await queue.enqueue("a", "x")
+    with pytest.raises(WrongKeyType):
+        await queue.get_state()
 
 
 async def test_one_registration_drains_every_partition(
