@@ -33,13 +33,32 @@ def check_handler(handler: object, *, what: str = "handler") -> None:
     ``functools.partial`` of one, or an object whose ``__call__`` is ``async def``)."""
     if isinstance(handler, type) or not callable(handler):
         raise ValidationError(f"{what} must be an async function, got {type(handler).__name__}")
-    if inspect.iscoroutinefunction(handler):
-        return
+    name = getattr(handler, "__name__", handler)
     call = getattr(handler, "__call__", None)  # noqa: B004 - the bound method is what is awaited
-    if call is not None and inspect.iscoroutinefunction(call):
+    if inspect.iscoroutinefunction(handler) or (
+        call is not None and inspect.iscoroutinefunction(call)
+    ):
+        try:
+            signature = inspect.signature(handler)
+        except (TypeError, ValueError):  # cannot tell: it is called with one argument anyway
+            return
+        try:
+            signature.bind(None)
+        except TypeError as exc:
+            raise ValidationError(
+                f"{what} {name!r} must take exactly one positional argument (the job or entry) "
+                f"and nothing else required: {signature} ({exc})"
+            ) from exc
         return
+    if inspect.isasyncgenfunction(handler) or (
+        call is not None and inspect.isasyncgenfunction(call)
+    ):
+        raise ValidationError(
+            f"{what} {name!r} is an async generator function (it yields): a handler returns "
+            "its outcome, so write it as async def with return"
+        )
     raise ValidationError(
-        f"{what} {getattr(handler, '__name__', handler)!r} must be an async function "
+        f"{what} {name!r} must be an async function "
         "(async def); a plain function would be called and its return value awaited"
     )
 

@@ -62,6 +62,22 @@ class AsyncCallable:
         return None
 
 
+async def no_argument() -> None:
+    return None
+
+
+async def two_arguments(job: Any, extra: Any) -> None:
+    return None
+
+
+async def keyword_only(*, job: Any) -> None:
+    return None
+
+
+async def yielding(job: Any) -> Any:
+    yield job
+
+
 class SyncCallable:
     def __call__(self, job: Any) -> None:
         return None
@@ -79,6 +95,12 @@ class SyncCallable:
         ({"handler": SyncCallable()}, "async def"),
         ({"handler": AsyncCallable}, "async function"),  # the class, not an instance
         ({"handler": lambda job: handler(job)}, "async def"),
+        # the arity: a handler is called with the job alone (found by review: these used to
+        # register and then dead-letter every job with a TypeError)
+        ({"handler": no_argument}, "exactly one positional argument"),
+        ({"handler": two_arguments}, "exactly one positional argument"),
+        ({"handler": keyword_only}, "exactly one positional argument"),
+        ({"handler": yielding}, "async generator"),
         ({"codec": None}, "encode"),
         ({"codec": JsonCodec}, r"pass JsonCodec\(Email\)"),
         ({"codec": StrCodec}, r"pass StrCodec\(\)"),
@@ -115,7 +137,13 @@ def test_async_handlers_of_every_shape_are_accepted() -> None:
     worker.register("a", handler, StrCodec())
     worker.register("b", AsyncCallable(), StrCodec())
     worker.register("c", functools.partial(handler), StrCodec())
-    assert [r.queue for r in worker.registrations] == ["a", "b", "c"]
+
+    async def with_defaults(job: Any, extra: int = 1, *rest: Any, **options: Any) -> None:
+        return None
+
+    worker.register("d", with_defaults, StrCodec())
+    worker.register("e", functools.partial(two_arguments, extra=2), StrCodec())
+    assert [r.queue for r in worker.registrations] == ["a", "b", "c", "d", "e"]
 
 
 @pytest.mark.parametrize(
