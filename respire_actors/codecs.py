@@ -174,6 +174,35 @@ class JsonCodec(Generic[T]):
         return f"JsonCodec({self._type_name()})"
 
 
+def _json_key(key: object) -> str:
+    """The text ``json.dumps`` writes for a mapping key (what it refuses, it refuses later)."""
+    if isinstance(key, str):
+        return key
+    if key is True or key is False or key is None or isinstance(key, int | float):
+        return json.dumps(key)
+    return repr(key)
+
+
+def _check_object_keys(value: object) -> None:
+    """Raise ValueError if a mapping in ``value`` has two keys JSON writes alike."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            if not all(type(k) is str for k in item):
+                seen: dict[str, object] = {}
+                for key in item:
+                    text = _json_key(key)
+                    if text in seen:
+                        raise ValueError(
+                            f"keys {seen[text]!r} and {key!r} would both be the JSON key {text!r}"
+                        )
+                    seen[text] = key
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+
+
 class JsonValueCodec:
     """Plain JSON values: ``encode`` unstructures with cattrs first, so dataclasses, attrs
     classes, enums, datetimes, sets and tuples become JSON objects, strings and arrays;
@@ -186,10 +215,13 @@ class JsonValueCodec:
         self._converter = converter if converter is not None else _DEFAULT_CONVERTER
 
     def encode(self, value: object) -> bytes:
+        """JSON of ``value`` unstructured. Raises :class:`EncodeError` for what JSON cannot
+        hold, and for a mapping whose keys would collide as JSON object keys (``{1: "a",
+        "1": "b"}``, ``{True: 1, "true": 2}``): JSON would keep only one of them."""
         try:
-            return json.dumps(
-                self._converter.unstructure(value), ensure_ascii=False, allow_nan=False
-            ).encode("utf-8")
+            plain = self._converter.unstructure(value)
+            _check_object_keys(plain)
+            return json.dumps(plain, ensure_ascii=False, allow_nan=False).encode("utf-8")
         except Exception as exc:
             raise EncodeError(f"cannot encode {type(value).__name__} as JSON: {exc}") from exc
 

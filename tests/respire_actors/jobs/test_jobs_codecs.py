@@ -181,3 +181,27 @@ def test_json_value_codec_round_trips_plain_values() -> None:
             codec.encode(bad)
     with pytest.raises(DecodeError):
         codec.decode(b"{")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{1: "a", "1": "b"}, {True: 1, "true": 2}, {None: 1, "null": 2}, {1.5: 1, "1.5": 2},
+     {"outer": [{"x": {2: "a", "2": "b"}}]}],
+)  # fmt: skip
+def test_json_value_codec_refuses_keys_that_json_would_merge(value: Any) -> None:
+    """Found by review: {1: "a", "1": "b"} was written with a duplicate key and read back as
+    {"1": "b"}, a kept result silently changed."""
+    with pytest.raises(EncodeError, match="would both be the JSON key"):
+        JsonValueCodec().encode(value)
+
+
+def test_json_value_codec_converts_keys_and_bytes_as_documented() -> None:
+    codec = JsonValueCodec()
+    assert codec.decode(codec.encode({1: "a", None: "b", 2.5: "c"})) == {
+        "1": "a",
+        "null": "b",
+        "2.5": "c",
+    }
+    import base64
+
+    assert base64.b85decode(codec.decode(codec.encode(b"\x00\xff"))) == b"\x00\xff"
