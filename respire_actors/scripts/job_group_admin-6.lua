@@ -59,7 +59,11 @@ local err = respire_preflight(
   (op == 'set' or op == 'pause' or op == 'resume') and
     {{'HSET', policy, 'f', 'v'}, {'HDEL', policy, 'f'}, {'ZADD', order, '0', 'm'},
      {'ZREM', order, 'm'}, {'ZADD', parked, '0', 'm'}, {'ZREM', parked, 'm'},
-     {'ZSCORE', parked, 'm'}, {'ZRANGEBYLEX', jobs, '-', '+'}} or {})
+     {'ZSCORE', parked, 'm'}, {'ZRANGEBYLEX', jobs, '-', '+'}, {'HGET', policy, 'f'}} or
+  -- 'get' and 'list' read only: name a refused read rather than fail on it unnamed
+    {{'HGET', policy, 'f'}, {'TIME'}, {'ZLEXCOUNT', jobs, '-', '+'},
+     {'ZRANGEBYLEX', leases, '-', '+'}, {'ZSCORE', parked, 'm'}, {'HGET', owners, 'f'},
+     {'ZRANGEBYLEX', order, '-', '+'}, {'ZRANGE', parked, '0', '0'}})
 if err then return err end
 
 local function store(p)

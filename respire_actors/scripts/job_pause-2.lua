@@ -17,7 +17,8 @@ if action ~= 'pause' and action ~= 'resume' then
   return redis.error_reply('RESPIRE_ARGUMENT action must be pause or resume')
 end
 local err = respire_preflight({{control, 'hash'}, {events, 'stream'}},
-  {{'HSET', control, 'paused', '1'}, {'HDEL', control, 'paused'}, {'XADD', events, '*', 'f', 'v'}})
+  {{'HSET', control, 'paused', '1'}, {'HDEL', control, 'paused'}, {'XADD', events, '*', 'f', 'v'},
+   {'HGET', control, 'paused'}})
 if err then return err end
 local paused = redis.call('HGET', control, 'paused') == '1'
 if (action == 'pause') == paused then return 0 end

@@ -26,7 +26,8 @@ if action ~= 'clear' and (not limit or limit < 1 or limit > max or limit % 1 ~= 
   return redis.error_reply('RESPIRE_ARGUMENT permit limit and window must be 1 .. 2^31-1')
 end
 local err = respire_preflight({{control, 'hash'}},
-  {{'HSET', control, 'rate.limit', '1'}, {'HDEL', control, 'rate.limit'}})
+  {{'HSET', control, 'rate.limit', '1'}, {'HDEL', control, 'rate.limit'},
+   {'HMGET', control, 'rate.limit'}, {'TIME'}})
 if err then return err end
 local c = redis.call('HMGET', control, 'rate.limit', 'rate.window', 'rate.window_start')
 local old_limit, old_window = tonumber(c[1] or ''), tonumber(c[2] or '')

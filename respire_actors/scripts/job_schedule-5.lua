@@ -29,6 +29,8 @@ local window, delay = tonumber(ARGV[1]), tonumber(ARGV[2])
 local priority, ttl = tonumber(ARGV[3]), tonumber(ARGV[4])
 local arg_err = respire_check_schedule_args(window, delay, priority, ttl)
 if arg_err then return arg_err end
+local perm_err = respire_expect_perm('GET', dedup)  -- named, before any write
+if perm_err then return perm_err end
 local existing = redis.call('GET', dedup)
 if existing then return {existing, 0} end
 local err = respire_backlog_refusal(control, ready, scheduled, 1)
@@ -36,7 +38,7 @@ if err then return err end
 err = respire_preflight(
   {{scheduled, 'stream'}, {due, 'zset'}, {dedup, 'string'}},
   {{'XADD', scheduled, '*', 'f', 'v'}, {'XDEL', scheduled, '0-1'}, {'ZADD', due, '0', 'm'},
-   {'ZREM', due, 'm'}, {'SET', dedup, 'v', 'PX', '1'}})
+   {'ZREM', due, 'm'}, {'SET', dedup, 'v', 'PX', '1'}, {'TIME'}})
 if err then return err end
 local now = respire_now_ms()
 local fields = {}

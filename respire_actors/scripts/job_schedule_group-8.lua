@@ -41,6 +41,8 @@ if arg_err then return arg_err end
 if not g or g == '' then
   return redis.error_reply('RESPIRE_ARGUMENT the group must not be empty')
 end
+local perm_err = respire_expect_perm('GET', dedup)  -- named, before any write
+if perm_err then return perm_err end
 local existing = redis.call('GET', dedup)
 if existing then return {existing, 0} end
 local err = respire_backlog_refusal(control, ready, scheduled, 1)
@@ -51,7 +53,7 @@ err = respire_preflight(
   {{'XADD', scheduled, '*', 'f', 'v'}, {'XDEL', scheduled, '0-1'}, {'ZADD', jobs, '0', 'm'},
    {'ZREM', jobs, 'm'}, {'ZADD', order, '0', 'm'}, {'SET', dedup, 'v', 'PX', '1'},
    {'HINCRBY', policy, 'f', '1'}, {'HDEL', policy, 'f'}, {'ZADD', parked, '0', 'm'},
-   {'ZSCORE', parked, 'm'}})  -- ZSCORE runs after the XADD (is the group parked?)
+   {'ZSCORE', parked, 'm'}, {'TIME'}})  -- ZSCORE runs after the XADD (is the group parked?)
 if err then return err end
 local now = respire_now_ms()
 local fields = {}

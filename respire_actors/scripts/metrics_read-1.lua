@@ -16,7 +16,7 @@ local minutes = tonumber(ARGV[1])
 if not minutes or minutes < 1 or minutes > 1440 or minutes % 1 ~= 0 then
   return redis.error_reply('RESPIRE_ARGUMENT minutes must be 1 .. 1440')
 end
-local err = respire_expect_type(key, 'hash')
+local err = respire_expect_type(key, 'hash') or respire_expect_perm('HGET', key, 'f')
 if err then return err end
 local retention = tonumber(redis.call('HGET', key, 'retention') or '')
 if not retention or retention < 1 then return {} end

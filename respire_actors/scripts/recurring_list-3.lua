@@ -13,7 +13,8 @@
 --!include lib/preflight.lua
 
 local order, defs, due = KEYS[1], KEYS[2], KEYS[3]
-local err = respire_preflight({{order, 'zset'}, {defs, 'hash'}, {due, 'zset'}}, {})
+local err = respire_preflight({{order, 'zset'}, {defs, 'hash'}, {due, 'zset'}},
+  {{'ZRANGEBYLEX', order, '-', '+'}, {'HGET', defs, 'f'}, {'ZSCORE', due, 'm'}})
 if err then return err end
 local ids
 if ARGV[1] == 'get' then

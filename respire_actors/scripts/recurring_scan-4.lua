@@ -23,7 +23,8 @@ if not n or n < 1 or n > 256 or n % 1 ~= 0 then
 end
 local err = respire_preflight(
   {{order, 'zset'}, {cursor_key, 'string'}, {defs, 'hash'}, {due, 'zset'}},
-  {{'SET', cursor_key, 'v'}})
+  {{'SET', cursor_key, 'v'}, {'GET', cursor_key}, {'ZRANGEBYLEX', order, '-', '+'},
+   {'HGET', defs, 'f'}, {'ZSCORE', due, 'm'}})
 if err then return err end
 local cursor = redis.call('GET', cursor_key)
 local ids

@@ -19,7 +19,8 @@ end
 local function respire_expect_perm(...)
   if not redis.acl_check_cmd(...) then
     local args = {...}
-    return redis.error_reply('RESPIRE_NOPERM the ACL user may not run ' .. args[1] .. ' on ' .. tostring(args[2]))
+    local on = args[2] and (' on ' .. tostring(args[2])) or ''
+    return redis.error_reply('RESPIRE_NOPERM the ACL user may not run ' .. args[1] .. on)
   end
   return nil
 end

@@ -19,7 +19,15 @@ from helpers.servers import Cluster
 from respire_actors.acl import ROLE_COMMANDS, ROLES, Role, acl_rules
 from respire_actors.codecs import StrCodec
 from respire_actors.errors import PermissionDenied, ValidationError
-from respire_actors.jobs import ACK, FlowNode, JobEnqueueOptions, JobQueue, Outcome, Worker
+from respire_actors.jobs import (
+    ACK,
+    FlowNode,
+    JobEnqueueOptions,
+    JobQueue,
+    Outcome,
+    RateLimit,
+    Worker,
+)
 from respire_actors.jobs.job import Job
 from respire_actors.keys import job_queue_key_pattern
 from respire_actors.redis.client import RedisClient, connect
@@ -173,7 +181,34 @@ async def _set_group_options(c: RedisClient, name: str) -> None:
     await JobQueue(c, name, StrCodec()).set_group_options("tenant-a", max_concurrency=2)
 
 
+async def _list_schedules(c: RedisClient, name: str) -> None:
+    await JobQueue(c, name, StrCodec()).scheduler().list()
+
+
+async def _set_rate_limit(c: RedisClient, name: str) -> None:
+    await JobQueue(c, name, StrCodec()).set_rate_limit(RateLimit(10, 1))
+
+
+async def _enqueue_delayed(c: RedisClient, name: str) -> None:
+    options = JobEnqueueOptions(delay=30)
+    await JobQueue(c, name, StrCodec()).enqueue_scheduled("delayed-2", "x", options)
+
+
+async def _get_group(c: RedisClient, name: str) -> None:
+    await JobQueue(c, name, StrCodec()).get_group("tenant-a")
+
+
 MISSING: list[tuple[Role, str, Path]] = [
+    # reads before the first write, named (Redis 7.0's own refusal inside a script names none)
+    ("scheduler", "hget", _list_schedules),
+    ("scheduler", "zrangebylex", _list_schedules),
+    ("observer", "hget", _read_metrics),
+    ("operator", "hget", _pause),
+    ("operator", "hmget", _set_rate_limit),
+    ("producer", "time", _enqueue_delayed),
+    ("producer", "get", _enqueue_delayed),
+    ("operator", "zlexcount", _get_group),
+    ("operator", "time", _get_group),
     # a refused MULTI used to let the queued commands run at once, outside any transaction,
     # while commit() raised: MULTI now goes alone and the commands only after its OK
     ("producer", "multi", _enqueue_in_transaction),
