@@ -170,7 +170,13 @@ class ConnectionSettings:
                 f"unsupported Redis URL scheme {parts.scheme!r} in {_redact(url)!r}: "
                 "use redis://, rediss://, unix:// or redis+cluster://"
             )
-        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        parsed = parse_qs(parts.query)
+        repeated = sorted(k for k, v in parsed.items() if len(v) > 1)
+        if repeated:
+            raise ConfigurationError(
+                f"Redis URL option(s) {repeated} given more than once in {_redact(url)!r}"
+            )
+        query = {k: v[0] for k, v in parsed.items()}
         kwargs: dict[str, Any] = {}
         # netloc may hold several hosts for a cluster: split credentials off by hand
         netloc = parts.netloc

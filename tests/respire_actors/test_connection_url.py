@@ -157,6 +157,13 @@ def test_bad_database() -> None:
         parse("redis://h/zero")
 
 
+def test_a_repeated_option_is_refused_not_silently_the_last() -> None:
+    with pytest.raises(ConfigurationError, match=r"\['key_prefix'\] given more than once"):
+        parse("redis://h?key_prefix=a:&key_prefix=b:")
+    with pytest.raises(ConfigurationError, match="more than once"):
+        parse("redis://h?spin_wait=0&command_timeout=1&spin_wait=0")
+
+
 def test_unknown_option_is_named() -> None:
     with pytest.raises(ConfigurationError, match="socket_keepalive"):
         parse("redis://h?socket_keepalive=1")
