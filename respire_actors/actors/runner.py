@@ -17,6 +17,7 @@ handed over.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import math
 
 import anyio
@@ -177,6 +178,20 @@ async def process(
         rt.stats.leases_lost += 1
         log.warning("%r of %s lost its lease; left pending for recovery", label, rt.name)
         return
+    if not failed and inspect.isawaitable(outcome):
+        # ``return do_work()`` without await: the work never ran, so it is no success
+        if inspect.iscoroutine(outcome):
+            outcome.close()  # no "never awaited" warning on top of the error below
+        failed = True
+        rt.stats.failed += 1
+        rt.stats.invalid_outcomes += 1
+        log.error(
+            "handler for %s returned %r for %r without awaiting it: the work did not run; "
+            "treating it as a failure (await it in the handler)",
+            rt.name,
+            type(outcome).__name__,
+            label,
+        )
     if not failed and (
         isinstance(outcome, Ack | Nack | DeadLetter | RetryAfter | Complete)
         or _outcome_class(outcome)

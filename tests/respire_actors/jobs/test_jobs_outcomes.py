@@ -438,3 +438,27 @@ async def test_a_handlers_own_cancelled_error_is_its_failure_and_spares_the_othe
     assert sorted(e.job_id for e in completed) == ["ok-0", "ok-1", "ok-2"]
     assert {e.attempt for e in completed} == {1}  # none was cancelled and run again
     assert await pending_rows(client, queue.keys) == []
+
+
+async def test_a_coroutine_returned_without_await_is_a_failure(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """``return do_work(job)`` without await: the work never ran. Found by review: it was a
+    success (a completed event, the job gone) with only a RuntimeWarning to show for it."""
+    await queue.enqueue("j", "x")
+    ran: list[str] = []
+
+    async def do_work(job: Job[str]) -> None:
+        ran.append(job.id)
+
+    async def handler(job: Job[str]) -> Any:
+        return do_work(job)  # the missing await
+
+    options = fast_options(delivery_limit=1)
+    async with running_worker(client, queue.name, handler, options=options) as worker:
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.dead_lettered == 1)
+        assert stats.acked == 0 and stats.failed == 1 and stats.invalid_outcomes == 1
+    assert ran == []
+    ((_, fields),) = await queue.read_dead_letters()
+    assert fields["_respire.reason"] == b"processing-failed"
