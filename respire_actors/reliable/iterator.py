@@ -51,7 +51,11 @@ class MessageIterator(Generic[T]):
         self._interval = poll_interval
         self._buffer: deque[Message[T]] = deque()
         # receipt -> local (monotonic) time after which the server lease has surely expired
+        # (counts toward max_leased until then)
         self._held: dict[str, float] = {}
+        # receipt -> local time until which the lease surely still holds (a buffered message
+        # is handed out only before it)
+        self._valid: dict[str, float] = {}
         self._wake: anyio.Event | None = None
         self._closed = False
 
@@ -75,24 +79,29 @@ class MessageIterator(Generic[T]):
             now = anyio.current_time()
             while self._buffer:
                 message = self._buffer.popleft()
-                if self._held.get(message.receipt, 0.0) > now:
+                if self._valid.pop(message.receipt, 0.0) > now:
                     return message
-                # its lease ran out while buffered: the server redelivers it; don't hand it out
-                self._held.pop(message.receipt, None)
+                # its lease may have run out while buffered: the server redelivers it once it
+                # has; don't hand it out (it counts toward max_leased until surely expired)
             self._forget_expired()
             room = self._max_leased - len(self._held)
             if room <= 0:
                 await self._wait_for_room()
                 continue
+            sent = anyio.current_time()
             batch = await self._consumer._receive_ms(
                 self._visibility_ms, min(room, self._batch_size)
             )
             if batch:
+                # measured before the request: the server set the deadline later, so the
+                # lease holds at least until then
+                valid = sent + self._visibility_ms / 1000
                 # measured after the reply: the server set the deadline earlier, so this local
                 # expiry is never before the real one
                 expires = anyio.current_time() + self._visibility_ms / 1000
                 for message in batch:
                     self._held[message.receipt] = expires
+                    self._valid[message.receipt] = valid
                 self._buffer.extend(batch)
                 self._interval = self._poll_interval
             else:
@@ -130,6 +139,7 @@ class MessageIterator(Generic[T]):
         """
         self._closed = True
         pending, self._buffer = list(self._buffer), deque()
+        self._valid.clear()
         if not pending:
             return
         with anyio.CancelScope(shield=True):

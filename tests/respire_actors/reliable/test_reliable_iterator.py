@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import anyio
 import pytest
 
 from respire_actors.codecs import StrCodec
 from respire_actors.redis.client import RedisClient
 from respire_actors.reliable import Message, ReliableQueue
+from respire_actors.reliable.iterator import MessageIterator
 
 pytestmark = pytest.mark.anyio
 
@@ -104,3 +107,36 @@ async def test_closing_the_iterator_hands_back_buffered_messages(
     again = await queue.receive(30, max=10)  # b and c were NACKed with no delay on close
     assert [(m.payload, m.delivery_count) for m in again] == [("b", 2), ("c", 2)]
     assert await queue.ack(first) is True
+
+
+class SlowReplies:
+    """The real queue, its receive replies arriving ``delay`` seconds late (a slow network)."""
+
+    def __init__(self, queue: ReliableQueue[str], delay: float) -> None:
+        self.queue, self.delay = queue, delay
+
+    async def _receive_ms(self, visibility_ms: int, count: int) -> list[Message[str]]:
+        batch = await self.queue._receive_ms(visibility_ms, count)
+        await anyio.sleep(self.delay)
+        return batch
+
+    async def nack_many(self, messages: Any, delay: Any = 0) -> Any:
+        return await self.queue.nack_many(messages, delay)
+
+
+async def test_a_buffered_message_is_not_handed_out_once_its_lease_may_have_ended(
+    queue: ReliableQueue[str],
+) -> None:
+    """The lease is measured from before the request, not from the late reply: found by
+    review, a buffered message was handed out up to one round trip after its lease ended."""
+    await queue.send_many(["a", "b"])
+    slow = SlowReplies(queue, 0.2)
+    messages = MessageIterator(
+        slow, 300, batch_size=2, max_leased=10, poll_interval=0.01, max_poll_interval=0.05
+    )
+    first = await messages.__anext__()  # about 0.2 s after the request: "a", "b" buffered
+    assert (first.payload, first.delivery_count) == ("a", 1)
+    await anyio.sleep(0.15)  # 0.35 s after the request: "b"'s 0.3 s lease is over
+    with anyio.fail_after(5):
+        second = await messages.__anext__()
+    assert second.delivery_count == 2  # a fresh lease (redelivered), never "b"'s stale one
