@@ -1,5 +1,6 @@
 """benchmarks/bench_lua_prologue.py, small, against the test server: it runs and the pruned
-helpers never cost more than every included one (a generous bound: the figures are timings)."""
+helpers never cost more than every included one (a generous bound: the figures are timings
+on a busy shared server, where a small prologue can even read below a bare EVALSHA's)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def test_the_prologue_benchmark_reports_each_script(server_url: str) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     line = re.compile(
-        r"^(\w+): prologue +([\d.]+) µs/call with all (\d+) helpers, +([\d.]+) with the (\d+) "
+        r"^(\w+): prologue +(-?[\d.]+) µs/call with all (\d+) helpers, +(-?[\d.]+) with the (\d+) "
         r"kept",
         re.M,
     )
