@@ -977,6 +977,7 @@ async def _run_multi(conn: Dedicated, commands: Sequence[Sequence[Arg]], timeout
     with anyio.fail_after(timeout):
         (multi,) = await conn.call(encode(("MULTI",)), 1)
     if type(multi) is ReplyError:
+        await conn.aclose()  # it may still WATCH keys: the pool must not hand it out again
         raise _map_reply(str(multi))
     with anyio.fail_after(timeout * 2):
         rest = await conn.call(encode_many(commands) + encode(("EXEC",)), len(commands) + 1)
