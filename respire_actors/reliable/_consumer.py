@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any, Generic, Literal, TypeVar
 
 from .. import faults, tracing
+from ..actors.options import is_entry_id
 from ..codecs import Codec, DecodeError, check_codec
 from ..errors import ConfigurationError, ScriptError, ValidationError
 from ..keys import hash_tag, same_slot
@@ -36,8 +37,7 @@ MAX_DEDUP_ID_BYTES = 1024
 """Longest dedup id, in UTF-8 bytes (the same bound as a job id)."""
 
 RECEIVE_SPAN = "message receive"
-_RECEIPT = re.compile(r"^(([0-9]+)-([0-9]+)):([0-9]+):([0-9]+)$")
-_MAX_ID_PART = 2**64 - 1  # a stream id's milliseconds and sequence number
+_RECEIPT = re.compile(r"^([0-9]+-[0-9]+):([0-9]+):([0-9]+)$")
 _MAX_DELIVERIES = 2**31 - 1
 
 Mode = Literal["queue", "topic"]
@@ -85,15 +85,14 @@ def parse_receipt(target: object) -> tuple[str, str, str]:
     match = _RECEIPT.match(receipt)
     if (
         match is None
-        or int(match.group(2)) > _MAX_ID_PART
-        or int(match.group(3)) > _MAX_ID_PART
-        or not 1 <= int(match.group(4)) <= _MAX_DELIVERIES
+        or not is_entry_id(match.group(1))
+        or not 1 <= int(match.group(2)) <= _MAX_DELIVERIES
     ):
         raise ValidationError(
             f"malformed receipt {receipt!r}: expected '<entry id>:<delivery count>:<stamp>' "
             "as Message.receipt gives it"
         )
-    return match.group(1), match.group(4), match.group(5)
+    return match.group(1), match.group(2), match.group(3)
 
 
 def _text(value: Any) -> str:
