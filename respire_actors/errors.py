@@ -181,8 +181,9 @@ class PermissionDenied(ServerError):
     nothing was written) and for a command refused inside a script.
 
     ``command`` is the refused command in lower case (``"type"``, ``"xgroup|create"``) when the
-    server's text names it, else ``""`` (a refused key, or Redis 7.0's text for a command
-    refused inside a script, which names none).
+    server's text names it or, for Redis 7.0's text for a command refused inside a script
+    (which names only the script and line), when that line of the script calls one command;
+    else ``""`` (a refused key).
     """
 
     def __init__(self, message: str, command: str = "") -> None:

@@ -72,6 +72,7 @@ from ._protocol import (
     key_slot,
 )
 from ._routing import key_indices
+from .script_lines import refused_in_script
 
 T = TypeVar("T")
 
@@ -332,7 +333,10 @@ def _map_reply(message: str) -> RespireError:
     if code == "WRONGTYPE":
         return WrongKeyType(message)
     if code == "NOPERM" or (code == "ERR" and _script_acl_denial(message)):
-        return PermissionDenied(message, _denied_command(message))
+        command = _denied_command(message)
+        if command and command.replace("|", " ") not in message.lower():
+            message = f"{message} (the refused command is {command}: grant +{command})"
+        return PermissionDenied(message, command)
     if code in ("WRONGPASS", "NOAUTH"):
         return CredentialsRefused(
             f"Redis refused the credentials: {message}. Check the user and password in the URL"
@@ -379,10 +383,12 @@ def _script_acl_denial(message: str) -> bool:
 
 
 def _denied_command(message: str) -> str:
-    """The command a permission error names (lower case), or "" when it names none."""
+    """The command a permission error names (lower case), or "" when it names none. Redis
+    7.0's text for a refusal inside a script names only the script and line: the command is
+    then read off that line of the script (:mod:`.script_lines`)."""
     match = _DENIED_COMMAND.search(message)
     if match is None:
-        return ""
+        return refused_in_script(message)
     return (match.group(1) or match.group(2)).lower()
 
 

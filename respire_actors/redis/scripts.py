@@ -27,6 +27,7 @@ from typing import Any
 from ..errors import ServerError
 from .client import Arg, Pending, RedisClient, Transaction
 from .lua_prune import prune
+from .script_lines import register
 
 _INCLUDE = re.compile(r"^--!include\s+(\S+)\s*$", re.MULTILINE)
 _NAME = re.compile(r"^(?P<name>[a-z0-9_]+)-(?P<keys>\d+)\.lua$")
@@ -115,6 +116,7 @@ def load(name: str) -> Script:
         if match and match.group("name") == name:
             source = prune(_resolve(entry.name, ()))
             sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
+            register(sha, source)
             return Script(name, int(match.group("keys")), source, sha)
     raise LookupError(f"no Lua script named {name!r} in respire_actors/scripts")
 

@@ -30,6 +30,7 @@ from respire_actors.jobs import (
 )
 from respire_actors.jobs.job import Job
 from respire_actors.keys import job_queue_key_pattern
+from respire_actors.redis import scripts
 from respire_actors.redis.client import RedisClient, connect
 
 pytestmark = pytest.mark.anyio
@@ -199,7 +200,10 @@ async def _get_group(c: RedisClient, name: str) -> None:
 
 
 MISSING: list[tuple[Role, str, Path]] = [
-    # reads before the first write, named (Redis 7.0's own refusal inside a script names none)
+    # reads before the first write that no probe checks: Redis 7.0's refusal names only the
+    # script and line, and the command is read off that line
+    ("producer", "hget", _enqueue),  # the backlog bound
+    # reads before the first write, named by the script's probes
     ("scheduler", "hget", _list_schedules),
     ("scheduler", "zrangebylex", _list_schedules),
     ("observer", "hget", _read_metrics),
@@ -326,3 +330,44 @@ async def test_roles_on_a_cluster_need_only_the_slot_map_besides(
         for user in users.values():
             for node in cluster_nodes.nodes:
                 node.execute("ACL", "DELUSER", user)
+
+
+async def test_a_command_refused_inside_a_script_is_named_on_every_server(
+    client: RedisClient, server_url: str, unique_name: str
+) -> None:
+    """A worker's completion reads the pending entry (XPENDING, the fence) before any write and
+    no probe checks it: Redis 7.0 names only the script's line, Valkey the command. Both give
+    a PermissionDenied naming ``xpending``; nothing is acknowledged."""
+    queue = JobQueue(client, unique_name, StrCodec())
+    await queue.enqueue("job", "x")
+    keys = queue.keys
+    await client.execute("XGROUP", "CREATE", keys.ready, "g", "0", "MKSTREAM")
+    read = await client.execute(
+        "XREADGROUP", "GROUP", "g", "c", "COUNT", 1, "STREAMS", keys.ready, ">"
+    )
+    entry = _entry_id(read)
+    before = await key_dump(client, f"*{unique_name}*")
+    user = f"worker-{unique_name}"
+    rules = [*acl_rules("worker", (unique_name,)), "-xpending"]
+    complete = scripts.load("job_complete")
+    script_keys = [
+        keys.ready,
+        keys.events,
+        keys.dead,
+        keys.group_leases,
+        keys.group_owners,
+        keys.group_parked,
+    ]
+    async with acl_user(client, server_url, user, rules) as restricted:
+        with pytest.raises(PermissionDenied) as caught:
+            await complete(restricted, script_keys, ["g", "c", 1, entry, 1, "ack", "", "job"])
+    assert caught.value.command == "xpending"
+    assert "xpending" in str(caught.value).lower()
+    assert await key_dump(client, f"*{unique_name}*") == before
+
+
+def _entry_id(read: object) -> str:
+    entries = next(iter(read.values())) if isinstance(read, dict) else read[0][1]  # type: ignore[index]
+    first = entries[0]
+    entry = first[0]
+    return entry.decode() if isinstance(entry, bytes) else str(entry)
