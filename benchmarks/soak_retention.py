@@ -8,7 +8,7 @@ then this run's alone. A producer keeps the backlog at most ``--backlog`` jobs a
 worker (so what grows is what processing leaves behind, not an unprocessed backlog); jobs use a
 1 s deduplication window so deduplication records do not accumulate either. Every
 ``--sample`` seconds it records jobs processed, ``used_memory`` and the lengths of the ready
-and event streams. With the retention keeper on (``--max-age``, default 2 s) memory stops
+and event streams and the age of each stream's oldest entry. With the retention keeper on (``--max-age``, default 2 s) memory stops
 growing once the window is reached; ``--no-retention`` shows the growth per job without it.
 """
 
@@ -33,6 +33,15 @@ async def used_memory(client) -> int:
         if line.startswith("used_memory:"):
             return int(line.split(":", 1)[1])
     raise RuntimeError("INFO memory has no used_memory")
+
+
+def oldest_ms(first: list, now_ms: int) -> int:
+    """The age in ms of a stream's first entry (from its id), 0 for an empty stream."""
+    if not first:
+        return 0
+    entry_id = first[0][0]
+    text = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+    return max(0, now_ms - int(text.split("-", 1)[0]))
 
 
 async def soak(url: str, args: argparse.Namespace) -> None:
@@ -60,16 +69,26 @@ async def soak(url: str, args: argparse.Namespace) -> None:
         started = time.perf_counter()
 
         async def sample() -> None:
-            ready, events = await client.pipeline(
-                [("XLEN", queue.keys.ready), ("XLEN", queue.keys.events)]
+            ready, events, first_ready, first_event, now = await client.pipeline(
+                [
+                    ("XLEN", queue.keys.ready),
+                    ("XLEN", queue.keys.events),
+                    ("XRANGE", queue.keys.ready, "-", "+", "COUNT", 1),
+                    ("XRANGE", queue.keys.events, "-", "+", "COUNT", 1),
+                    ("TIME",),
+                ]
             )
+            now_ms = int(now[0]) * 1000 + int(now[1]) // 1000
             samples.append(
                 {
                     "seconds": round(time.perf_counter() - started, 2),
                     "processed": processed,
+                    "enqueued": enqueued,
                     "used_memory": await used_memory(client),
                     "ready": int(ready),
                     "events": int(events),
+                    "ready_oldest_ms": oldest_ms(first_ready, now_ms),
+                    "events_oldest_ms": oldest_ms(first_event, now_ms),
                 }
             )
 
@@ -115,6 +134,9 @@ async def soak(url: str, args: argparse.Namespace) -> None:
         "second_half_bytes_per_job": round(growth / jobs_in_half, 1) if jobs_in_half else 0.0,
         "ready_max_second_half": max((s["ready"] for s in half), default=0),
         "events_max_second_half": max((s["events"] for s in half), default=0),
+        "oldest_entry_ms_max_second_half": max(
+            (max(s["ready_oldest_ms"], s["events_oldest_ms"]) for s in half), default=0
+        ),
         "samples": samples,
     }
     if args.json:

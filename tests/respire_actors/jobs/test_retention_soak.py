@@ -44,9 +44,23 @@ def test_memory_is_flat_once_the_window_is_reached(
     first = [s for s in samples if s["processed"] <= JOBS / 2]
     second = [s for s in samples if JOBS / 2 < s["processed"] < JOBS]
     assert first and second, samples
-    # bounded streams while jobs flow (without retention both reach 50,000)
-    assert max(s["ready"] for s in second) < JOBS * 0.4, samples
-    assert max(s["events"] for s in second) < JOBS * 0.4, samples
+    # bounded streams while jobs flow: what a stream keeps beyond the unprocessed backlog was
+    # processed within the window (1 s, a keeper pass every 0.2 s, 1 s of slack for a loaded
+    # machine), so it is at most what was processed in that time; without retention both
+    # streams keep all 50,000 (a fixed count would depend on this machine's speed)
+    window = 1.0 + 0.2 + 1.0
+    checked = 0
+    for s in samples:
+        earlier = [e for e in samples if e["seconds"] <= s["seconds"] - window]
+        if not earlier:
+            continue
+        recent = s["processed"] - earlier[-1]["processed"]
+        backlog = s["enqueued"] - s["processed"]
+        assert s["ready"] - backlog <= recent, (s, earlier[-1])
+        assert s["events"] <= recent + 64, (s, earlier[-1])  # + completions in flight
+        checked += 1
+    assert checked >= 3, samples
+    assert report["oldest_entry_ms_max_second_half"] < window * 1000 + 2000, report
     # no upward trend: the second half never exceeds the first half's peak by much (without
     # retention it grows by ~100 bytes per job, 2.5 MB over the second half)
     assert max(s["used_memory"] for s in second) < max(s["used_memory"] for s in first) + MB
