@@ -8,8 +8,9 @@ then this run's alone. A producer keeps the backlog at most ``--backlog`` jobs a
 worker (so what grows is what processing leaves behind, not an unprocessed backlog); jobs use a
 1 s deduplication window so deduplication records do not accumulate either. Every
 ``--sample`` seconds it records jobs processed, ``used_memory`` and the lengths of the ready
-and event streams and the age of each stream's oldest entry. With the retention keeper on (``--max-age``, default 2 s) memory stops
-growing once the window is reached; ``--no-retention`` shows the growth per job without it.
+and event streams and the age of each stream's oldest entry. With the retention keeper on
+(``--max-age``, default 2 s) memory stops growing once the window is reached; ``--no-retention``
+shows the growth per job without it.
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ class OutboxProducer:
         self.ledger.record(kind="intent", job=job_id)
         deadline = time.monotonic() + self.retry_for
         while True:
+            sent_at = time.time()
             try:
                 await self.queue.enqueue(job_id, dict(spec))
             except (RedisUnavailable, ServerError) as exc:
@@ -51,7 +52,7 @@ class OutboxProducer:
                 await anyio.sleep(0.05)
                 continue
             at = time.time()
-            self.ledger.record(kind="accepted", job=job_id, at=at)
+            self.ledger.record(kind="accepted", job=job_id, at=at, sent_at=sent_at)
             self.accepted[job_id] = at
             return True
 
@@ -73,12 +74,20 @@ class OutboxProducer:
 
 
 def accepted_between(ledger_path: Any, since: float, until: float) -> list[str]:
-    """Job ids the ledger shows accepted in the wall-clock interval [``since``, ``until``]."""
-    return [
-        str(line["job"])
-        for line in read_ledger(ledger_path)
-        if line.get("kind") == "accepted" and since <= float(line.get("at", 0)) <= until
-    ]
+    """Job ids the ledger shows accepted at or after ``since`` whose accepted request was sent
+    at or before ``until`` (wall clock). The acceptance is recorded when the producer's task
+    resumes, which on a busy machine can be well after the server ran the command: a job the
+    old primary accepted just before a failover at ``until`` may be recorded after it, but it
+    was sent before it."""
+    found = []
+    for line in read_ledger(ledger_path):
+        if line.get("kind") != "accepted":
+            continue
+        at = float(line.get("at", 0))
+        sent_at = float(line.get("sent_at", at))
+        if since <= at and sent_at <= until:
+            found.append(str(line["job"]))
+    return found
 
 
 async def resend(queue: JobQueue[Any], jobs: Iterable[str], spec: Mapping[str, Any]) -> int:

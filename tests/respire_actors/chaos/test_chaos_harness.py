@@ -61,7 +61,7 @@ async def test_a_worker_process_runs_produced_jobs_to_completion(
         assert worker.stop() == 0, worker.tail()
     verdict = reconcile("harness", "plain", accepted_jobs(producer_path), outcomes, 0.0,
                         expect_dead=["dead"])  # fmt: skip
-    assert verdict.passed, verdict
+    assert verdict.passed, repr(verdict)
     assert (verdict.accepted, verdict.completed, verdict.dead_lettered) == (21, 20, 1)
     assert verdict.duplicates == 0
 

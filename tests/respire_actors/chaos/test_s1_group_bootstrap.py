@@ -25,7 +25,7 @@ async def test_group_bootstrap_and_deletion_follow_the_contract(chaos_ctx: Chaos
         "group-deleted:recreate-0/reliable-queue",
     ]
     for case, v in verdicts.items():
-        assert v.passed, v
+        assert v.passed, repr(v)
         assert v.accepted > 0 and v.duplicates == 0, v
         if case != "group-deleted-mid-run:recreate-$/job-queue":
             assert v.completed == v.accepted and v.lost == 0, v

@@ -37,7 +37,7 @@ async def test_every_job_completes_once_after_each_kill(chaos_ctx: ChaosContext)
     verdicts = await KillPoints().run(chaos_ctx)
     assert len(verdicts) == len(cases(full=False))
     for verdict in verdicts:
-        assert verdict.passed, verdict
+        assert verdict.passed, repr(verdict)
         # not vacuous: every kill job killed a process with SIGKILL, every job completed
         assert verdict.details["kills"] == len(verdict.details["killed_by"]) >= 1, verdict
         assert verdict.details["exit_signals"] == [9], verdict

@@ -23,7 +23,7 @@ async def test_fencing_rejects_every_transition_of_a_resumed_worker(
         for renew in ("renew", "no-renew")
     }
     for verdict in verdicts:
-        assert verdict.passed, verdict
+        assert verdict.passed, repr(verdict)
         assert verdict.completed == verdict.accepted > 0 and verdict.duplicates >= 0, verdict
         # the pause outlasted the lease: the stale worker's last renewal (every third of the
         # 1 s visibility timeout) may precede the stop by up to a third of it, so the second

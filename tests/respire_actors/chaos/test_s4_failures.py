@@ -17,7 +17,7 @@ async def test_every_failure_kind_settles_as_the_contract_says(chaos_ctx: ChaosC
     verdicts = await FailuresScenario().run(chaos_ctx)
     assert [v.case for v in verdicts] == [f"{k}/{m}" for m in MODES for k in KINDS]
     for v in verdicts:
-        assert v.passed, v
+        assert v.passed, repr(v)
         assert v.accepted > 0 and v.lost == 0, v
         kind = v.case.split("/")[0]
         if kind in ("transient", "ambiguous"):

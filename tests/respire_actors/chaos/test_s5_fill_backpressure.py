@@ -23,7 +23,7 @@ async def test_fill_and_backpressure(
     verdicts = await FillAndBackpressure().run(ctx)
     assert [v.case for v in verdicts] == ["bounded-queue/slow-workers", "outage/expired-leases"]
     for v in verdicts:
-        assert v.passed, v
+        assert v.passed, repr(v)
         assert v.accepted > 0 and v.completed == v.accepted and v.lost == 0
     fill, outage = verdicts
     # not vacuous: the bound refused enqueues, and recovery ran in bounded passes

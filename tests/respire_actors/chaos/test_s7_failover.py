@@ -28,7 +28,7 @@ async def test_failover_loses_only_the_lag_and_the_outbox_repairs_it(
         "cluster-failover:force-after-sigkill",
     }
     for verdict in verdicts.values():
-        assert verdict.passed, verdict
+        assert verdict.passed, repr(verdict)
         assert verdict.accepted > 0 and verdict.completed == verdict.accepted, verdict
         assert verdict.details["switched_at"] > 0  # the fault happened
     # graceful promotions lose nothing

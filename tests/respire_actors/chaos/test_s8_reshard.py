@@ -24,7 +24,7 @@ async def test_reshard_and_rotation_lose_and_duplicate_no_completion(
     verdicts = {v.case: v for v in await Reshard().run(ctx)}
     assert set(verdicts) == {"reshard:migrate-slot", "credentials:password-rotation"}
     for verdict in verdicts.values():
-        assert verdict.passed, verdict
+        assert verdict.passed, repr(verdict)
         assert verdict.lost == 0 and verdict.completed == verdict.accepted > 0, verdict
     move = verdicts["reshard:migrate-slot"].details
     assert move["keys_moved"] > 0 and move["client_cluster_retries"] > 0  # the move was felt

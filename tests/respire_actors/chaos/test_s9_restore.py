@@ -34,7 +34,7 @@ async def test_restore(binary: str, anyio_backend: str, unique_name: str, tmp_pa
     verdicts = await Restore().run(ctx)
     assert [v.case for v in verdicts] == ["sigkill-restore:aof-everysec", "sigkill-restore:rdb"]
     for v in verdicts:
-        assert v.passed, v
+        assert v.passed, repr(v)
         assert v.details["server_exit"] == -9  # the server really was SIGKILLed
         assert v.details["accepted_before_kill"] > 50  # it was taking writes when killed
         assert v.details["loss_window_ms"] <= v.details["loss_bound_ms"]
