@@ -8,13 +8,21 @@ resets its idle time without counting a delivery). A long handler therefore keep
 as long as it runs, and a crashed process's jobs are recovered one visibility timeout after
 their last renewal.
 
+A grouped job also holds its group's concurrency lease (``lease_duration``, 100 ms and up),
+renewed in the same call. The renewer paces itself by the shortest term among the running
+leases: a third of the visibility timeout, or of a group lease when that is shorter. A group's
+duration is learned from the first renewal of one of its jobs (the script returns it); until
+then a grouped lease is assumed to last the shortest a group lease may (100 ms), so a runner
+adding one wakes the renewer to plan again.
+
 A handler's scope is cancelled here only when its lease is really lost:
 
 - a renewal reports the entry lost (pending for another consumer, delivered again, settled)
   or its body deleted;
 - no renewal could be confirmed (Redis unreachable, the call failed or timed out) for a whole
-  visibility timeout since the last confirmed one: other consumers may recover the entry from
-  then on, so the lease is lost even though nobody said so.
+  visibility timeout since the last confirmed one (for a grouped job, its group lease if that
+  is shorter): other consumers may recover the entry, or start another job of its group,
+  from then on, so the lease is lost even though nobody said so.
 
 An event loop that stalls past the visibility timeout (blocking code in a handler) does not by
 itself end a lease: the renewer notices it woke late, asks Redis first, and a delivery still
@@ -32,10 +40,13 @@ from supervisors import current_child
 
 from ..errors import RespireError
 from .runtime import Lease, QueueRuntime, log, lose_lease
-from .source import GONE, MAX_RENEW_BATCH, RENEWED, renew_deliveries
+from .source import GONE, GROUP_RENEWED_MIN, MAX_RENEW_BATCH, RENEWED, renew_deliveries
 
 MIN_RENEW_INTERVAL = 0.003
 """Shortest pause between renewal passes, in seconds (for the 10 ms minimum visibility)."""
+MIN_GROUP_LEASE = 0.1
+"""The shortest group concurrency lease, in seconds: what a grouped job's lease is assumed to
+last until its first renewal tells the renewer its group's real duration."""
 
 
 def renew_interval(visibility: float) -> float:
@@ -44,9 +55,34 @@ def renew_interval(visibility: float) -> float:
     return max(visibility / 3, MIN_RENEW_INTERVAL)
 
 
+def term(lease: Lease, visibility: float) -> float:
+    """How long ``lease`` holds after a confirmation (seconds): the visibility timeout, or its
+    group's concurrency lease when that is shorter (pure)."""
+    if lease.term is not None:
+        return min(visibility, lease.term)
+    return visibility
+
+
+def pass_interval(leases: Sequence[Lease], visibility: float) -> float:
+    """The pause between passes while ``leases`` run: a third of the shortest term among them,
+    a grouped lease whose group's duration is not known yet counting as the shortest a group
+    may have (pure)."""
+    interval = renew_interval(visibility)
+    for lease in leases:
+        if lease.lost or not lease.grouped:
+            continue
+        known = lease.term if lease.term is not None else MIN_GROUP_LEASE
+        interval = min(interval, renew_interval(min(visibility, known)))
+    return interval
+
+
 def expired(leases: Sequence[Lease], now: float, visibility: float) -> list[Lease]:
-    """The leases with no confirmation for a whole visibility timeout (pure)."""
-    return [lease for lease in leases if not lease.lost and now - lease.confirmed_at >= visibility]
+    """The leases with no confirmation for a whole term (pure)."""
+    return [
+        lease
+        for lease in leases
+        if not lease.lost and now - lease.confirmed_at >= term(lease, visibility)
+    ]
 
 
 def next_wake(leases: Sequence[Lease], now: float, visibility: float, interval: float) -> float:
@@ -55,7 +91,7 @@ def next_wake(leases: Sequence[Lease], now: float, visibility: float, interval: 
     wake = now + interval
     for lease in leases:
         if not lease.lost:
-            wake = min(wake, lease.confirmed_at + visibility)
+            wake = min(wake, lease.confirmed_at + term(lease, visibility))
     return wake
 
 
@@ -75,9 +111,9 @@ async def renew_pass(rt: QueueRuntime, visibility: float, *, late: bool = False)
     for start in range(0, len(running), MAX_RENEW_BATCH):
         chunk = running[start : start + MAX_RENEW_BATCH]
         sent = anyio.current_time()
-        bound = visibility * 2 / 3
+        bound = min(term(lease, visibility) for lease in chunk) * 2 / 3
         if not late:
-            earliest = min(lease.confirmed_at for lease in chunk) + visibility
+            earliest = min(lease.confirmed_at + term(lease, visibility) for lease in chunk)
             bound = min(bound, earliest - sent)
         statuses: list[int] | None = None
         rt.stats.renewal_calls += 1
@@ -92,10 +128,12 @@ async def renew_pass(rt: QueueRuntime, visibility: float, *, late: bool = False)
             rt.stats.renewal_failures += 1
             continue
         for lease, status in zip(chunk, statuses, strict=True):
-            if status == RENEWED:
+            if status == RENEWED or status >= GROUP_RENEWED_MIN:
                 rt.stats.leases_renewed += 1
                 if sent > lease.confirmed_at:
                     lease.confirmed_at = sent
+                if status >= GROUP_RENEWED_MIN:
+                    _learn_term(rt, lease, status / 1000)
             elif lease in rt.leases and not lease.lost:
                 log.warning(
                     "%r of %s: lease lost (%s); cancelling its handler",
@@ -107,12 +145,20 @@ async def renew_pass(rt: QueueRuntime, visibility: float, *, late: bool = False)
     _expire(rt, anyio.current_time(), visibility)
 
 
+def _learn_term(rt: QueueRuntime, lease: Lease, seconds: float) -> None:
+    """Remember a grouped job's group lease duration, for this lease and the group's next."""
+    lease.term = seconds
+    delivery = lease.delivery
+    job_group = delivery.fields.get(b"_respire.job.group", b"").decode("utf-8", "replace")
+    rt.group_terms[(delivery.origin, job_group)] = seconds
+
+
 def _expire(rt: QueueRuntime, now: float, visibility: float) -> None:
     for lease in expired(list(rt.leases), now, visibility):
         rt.stats.leases_expired += 1
         log.warning(
-            "%r of %s: no renewal confirmed for a visibility timeout; others may recover it, "
-            "cancelling its handler",
+            "%r of %s: no renewal confirmed for a visibility timeout (or its group lease); "
+            "others may recover it, cancelling its handler",
             lease.delivery.job_id or lease.delivery.entry_id,
             rt.name,
         )
@@ -122,20 +168,28 @@ def _expire(rt: QueueRuntime, now: float, visibility: float) -> None:
 async def run_renewer(
     rt: QueueRuntime, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 ) -> None:
-    """The lease renewer of one registration: a pass every third of the visibility timeout
-    (sooner when a lease could otherwise expire), until stopped. Started before the runners and
+    """The lease renewer of one registration: a pass every third of the visibility timeout, or
+    of the shortest group lease among running grouped jobs (sooner when a lease could
+    otherwise expire), until stopped. Started before the runners and
     stopped after them, so handlers finishing within the shutdown grace keep their leases."""
     ctx = current_child()
     visibility = rt.visibility_ms / 1000
-    interval = renew_interval(visibility)
     task_status.started()
     while not ctx.stop_requested:
-        wake = next_wake(list(rt.leases), anyio.current_time(), visibility, interval)
-        with ctx.stop_scope():
-            await anyio.sleep_until(wake)
+        # a fresh event before looking at the leases: a grouped lease added from here on wakes
+        # this planning up again (its group lease may need renewing before ``wake``)
+        added = rt.lease_added = anyio.Event()
+        leases = list(rt.leases)
+        interval = pass_interval(leases, visibility)
+        wake = next_wake(leases, anyio.current_time(), visibility, interval)
+        with ctx.stop_scope(), anyio.move_on_after(max(wake - anyio.current_time(), 0.0)):
+            await added.wait()
         if ctx.stop_requested:
             break
+        now = anyio.current_time()
+        if now < wake:
+            continue  # a grouped lease was added: plan again
         if rt.leases:
             # woken much later than planned: the event loop was blocked, not Redis
-            late = anyio.current_time() - wake > interval
+            late = now - wake > interval
             await renew_pass(rt, visibility, late=late)

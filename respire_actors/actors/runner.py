@@ -128,6 +128,14 @@ async def process(
         if rt.options.renew_leases:
             # the renewer's view of this delivery: one set insert and removal per job
             lease = Lease(delivery, arg, scope, delivery.received_at or anyio.current_time())
+            job_group = delivery.fields.get(b"_respire.job.group")
+            if job_group is not None:
+                # its group lease may be shorter than the renewer's pace: tell it
+                lease.grouped = True
+                lease.term = rt.group_terms.get(
+                    (delivery.origin, job_group.decode("utf-8", "replace"))
+                )
+                rt.lease_added.set()
             rt.leases.add(lease)
         try:
             outcome = await run_handler(rt, delivery, arg)

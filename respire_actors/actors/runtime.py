@@ -131,6 +131,11 @@ class Lease:
     scope: anyio.CancelScope
     confirmed_at: float
     lost: bool = False
+    # A grouped job also holds its group's concurrency lease, which may be shorter than the
+    # visibility timeout: ``grouped`` says so, ``term`` is that lease's duration in seconds once
+    # known (learned from renewals, per group), None before.
+    grouped: bool = False
+    term: float | None = None
 
 
 def lose_lease(rt: QueueRuntime, lease: Lease) -> None:
@@ -176,6 +181,11 @@ class QueueRuntime:
     # The deliveries whose handlers are running now (with renew_leases): the runner adds and
     # removes them, the lease renewer renews them and cancels the ones it finds lost.
     leases: set[Lease] = field(default_factory=set)
+    # Set by a runner that adds a grouped job's lease: its group lease may need a renewal
+    # sooner than the renewer planned (the renewer replaces the event each time it plans).
+    lease_added: anyio.Event = field(default_factory=anyio.Event)
+    # Group lease durations (seconds) learned from renewals, by (Delivery.origin, job group).
+    group_terms: dict[tuple[int, str], float] = field(default_factory=dict)
     # How the registration names itself to tracing, metrics and logs (None: from the options).
     telemetry: ConsumerTelemetry | None = None
     # Runs before a delivery's handler (job workers: a batch member's cancellation check). A

@@ -28,6 +28,10 @@ LOST = 0
 GONE = 2
 """Renewal status: still pending for this delivery, but the entry's body was deleted, so it
 cannot be renewed (the lease is treated as lost)."""
+GROUP_RENEWED_MIN = 100
+"""Renewal statuses from this value up also mean renewed: the delivery is a grouped job and
+its group's concurrency lease (renewed too) lasts that many milliseconds (100 ms is the
+shortest lease a group may have). The renewer paces itself by it."""
 MAX_RENEW_BATCH = 500
 """Most deliveries one renewal call carries (the renewer splits a larger pass)."""
 
@@ -101,8 +105,10 @@ class Source(Protocol):
 
     async def renew(self, consumer: str, items: Sequence[RenewItem]) -> list[int]:
         """Renew the leases of running deliveries (at most :data:`MAX_RENEW_BATCH`), one
-        atomic script call: returns :data:`RENEWED`, :data:`LOST` or :data:`GONE` per item,
-        in order. Safe to repeat; if cancelled, some or all leases may have been renewed."""
+        atomic script call: returns :data:`RENEWED` (or, for a grouped job, its group lease's
+        duration in ms, at least :data:`GROUP_RENEWED_MIN`), :data:`LOST` or :data:`GONE` per
+        item, in order. Safe to repeat; if cancelled, some or all leases may have been
+        renewed."""
         ...
 
 

@@ -344,7 +344,8 @@ class JobSource:
     async def renew(self, consumer: str, items: Sequence[RenewItem]) -> list[int]:
         """Renew running deliveries in one call (``job_lease_renew``): for each, the fence,
         then the group concurrency lease of a grouped job, then its visibility (XCLAIM ...
-        JUSTID). 1 renewed, 0 lost (fence or group lease), 2 body deleted, per item."""
+        JUSTID). 1 renewed (a grouped job: its group lease's duration in ms, >= 100), 0 lost
+        (fence or group lease), 2 body deleted, per item."""
         if not items:
             return []
         if len(items) > MAX_RENEW_BATCH:

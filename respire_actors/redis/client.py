@@ -334,7 +334,8 @@ def _map_reply(message: str) -> RespireError:
         return WrongKeyType(message)
     if code == "NOPERM" or (code == "ERR" and _script_acl_denial(message)):
         command = _denied_command(message)
-        if command and command.replace("|", " ") not in message.lower():
+        lowered = message.lower()
+        if command and command not in lowered and command.replace("|", " ") not in lowered:
             message = f"{message} (the refused command is {command}: grant +{command})"
         return PermissionDenied(message, command)
     if code in ("WRONGPASS", "NOAUTH"):

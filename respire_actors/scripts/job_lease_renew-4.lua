@@ -17,8 +17,11 @@
 -- time + the group's lease duration), and only then XCLAIM <ready> <group> <consumer> 0 <id>
 -- JUSTID, which resets the idle time without counting a delivery. A delivery whose group lease
 -- was lost is not claimed, so it is recovered one visibility timeout after its last renewal.
--- Returns one status per delivery: 1 renewed; 0 lost (fence failed, or the group lease was
--- released, taken over or expired); 2 gone (pending for this delivery, body deleted).
+-- Returns one status per delivery: 1 renewed; for a grouped job renewed, its group's lease
+-- duration in ms instead (always >= 100: the renewer paces itself by it, so a group lease
+-- shorter than the visibility timeout is renewed in time); 0 lost (fence failed, or the group
+-- lease was released, taken over or expired); 2 gone (pending for this delivery, body
+-- deleted).
 -- Errors, all before the first write: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM;
 -- NOGROUP when the consumer group does not exist.
 --!include lib/preflight.lua
@@ -55,7 +58,7 @@ local now = nil
 local statuses = {}
 for i = 0, n - 1 do
   local id, attempt, g = ARGV[4 + i * 3], ARGV[5 + i * 3], ARGV[6 + i * 3]
-  local status = 1
+  local status, reply = 1, 1
   if not respire_fence(ready, group, id, consumer, attempt) then
     status = 0
   elseif not respire_entry(ready, id) then
@@ -64,8 +67,9 @@ for i = 0, n - 1 do
     now = now or respire_now_ms()
     local p = respire_group_policy(policy, g)
     status = group_lease_renew(leases, owners, g, id, consumer, attempt, now, p.lease)
+    if status == 1 then reply = p.lease end
   end
   if status == 1 then redis.call('XCLAIM', ready, group, consumer, 0, id, 'JUSTID') end
-  statuses[#statuses + 1] = status
+  statuses[#statuses + 1] = status == 1 and reply or status
 end
 return statuses

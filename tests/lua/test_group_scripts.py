@@ -310,7 +310,8 @@ async def test_expired_lease_frees_its_permit_and_recovery_takes_a_new_lease(
     # the stale worker's release cannot free the replacement's permit
     assert await src.complete("crashed", [Completion(first, "release")]) == [0]
     assert await src.renew("crashed", [renew_item(first)]) == [0]
-    assert await src.renew("c3", [renew_item(recovered)]) == [1]
+    # renewed: a grouped job's status is its group's lease duration in ms
+    assert await src.renew("c3", [renew_item(recovered)]) == [100]
     assert (await queue.get_group("a")).running == 1
     assert await take(src, "c2", 3) == []
 
@@ -418,7 +419,7 @@ async def test_renew_extends_only_the_owners_lease(client: RedisClient, unique_n
 
     before = await expiry()
     await queue.set_group_options("a", lease_duration=timedelta(seconds=50))
-    assert await src.renew("c1", [renew_item(d)]) == [1]
+    assert await src.renew("c1", [renew_item(d)]) == [50_000]  # renewed, and its duration
     assert await expiry() >= before + 40_000  # the group's current lease duration
     other = Delivery(d.entry_id, d.fields, 1)
     assert await src.renew("c2", [renew_item(other)]) == [0]
@@ -481,7 +482,7 @@ async def test_a_lost_group_lease_is_not_renewed_and_leaves_the_delivery_idle(
     src = source(client, unique_name)
     await src.ensure_group("fail")
     (d,) = await take(src)
-    assert await src.renew("c1", [renew_item(d)]) == [1]
+    assert await src.renew("c1", [renew_item(d)]) == [60_000]  # renewed: the default lease
     await anyio.sleep(0.05)
     member = b"00000001a" + d.entry_id.encode()
     assert await client.execute("HDEL", src.keys.group_owners, member) == 1

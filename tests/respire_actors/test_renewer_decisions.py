@@ -6,7 +6,14 @@ import anyio
 import pytest
 
 from respire_actors.actors.messages import Delivery
-from respire_actors.actors.renewer import MIN_RENEW_INTERVAL, expired, next_wake, renew_interval
+from respire_actors.actors.renewer import (
+    MIN_RENEW_INTERVAL,
+    expired,
+    next_wake,
+    pass_interval,
+    renew_interval,
+    term,
+)
 from respire_actors.actors.runtime import Lease
 from respire_actors.actors.source import renew_item
 
@@ -14,10 +21,21 @@ pytestmark = pytest.mark.anyio  # a CancelScope needs a running event loop
 
 
 def lease(
-    confirmed_at: float, *, lost: bool = False, fields: dict[bytes, bytes] | None = None
+    confirmed_at: float,
+    *,
+    lost: bool = False,
+    fields: dict[bytes, bytes] | None = None,
+    grouped: bool = False,
+    term: float | None = None,
 ) -> Lease:
     return Lease(
-        Delivery("1-1", fields or {}, 3), object(), anyio.CancelScope(), confirmed_at, lost
+        Delivery("1-1", fields or {}, 3),
+        object(),
+        anyio.CancelScope(),
+        confirmed_at,
+        lost,
+        grouped=grouped,
+        term=term,
     )
 
 
@@ -45,3 +63,23 @@ async def test_a_renewal_item_carries_the_job_group_or_nothing() -> None:
     assert renew_item(lease(0).delivery) == ("1-1", 3, "")
     grouped = lease(0, fields={b"_respire.job.group": b"tenant-7"})
     assert renew_item(grouped.delivery) == ("1-1", 3, "tenant-7")
+
+
+async def test_a_group_lease_shorter_than_the_visibility_timeout_sets_the_pace() -> None:
+    plain, known = lease(0), lease(0, grouped=True, term=0.6)
+    unknown = lease(0, grouped=True)
+    assert pass_interval([plain], visibility=120.0) == 40.0
+    assert pass_interval([plain, known], visibility=120.0) == pytest.approx(0.2)
+    # before its first renewal a grouped lease counts as the shortest a group may have
+    assert pass_interval([plain, unknown], visibility=120.0) == pytest.approx(0.1 / 3)
+    assert pass_interval([lease(0, grouped=True, term=600.0)], visibility=3.0) == 1.0
+    assert pass_interval([lease(0, grouped=True, lost=True)], visibility=3.0) == 1.0
+    assert term(known, 120.0) == 0.6
+    assert term(unknown, 120.0) == 120.0  # expired only by what is known to bound it
+    assert term(lease(0, grouped=True, term=600.0), 3.0) == 3.0
+
+
+async def test_a_group_lease_expires_after_its_own_term() -> None:
+    short = lease(9.0, grouped=True, term=0.5)
+    assert expired([short, lease(9.0)], now=9.6, visibility=3.0) == [short]
+    assert next_wake([short], now=9.1, visibility=3.0, interval=1.0) == 9.5

@@ -156,3 +156,53 @@ async def test_a_newly_staged_grouped_job_wakes_a_blocked_reader(
         with anyio.fail_after(5):
             await done.wait()
         await worker.stop()
+
+
+async def test_a_group_lease_shorter_than_the_renewal_pace_is_kept_while_its_handler_runs(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """A 300 ms group lease under a 3 s visibility timeout (whose own renewal pace is 1 s): the
+    renewer paces itself by the group lease, so a healthy handler running 1.2 s keeps it, is
+    not cancelled, and the group's second job waits for it (the lease used to lapse: both ran
+    at once and the first was cancelled and run again)."""
+    await queue.set_group_options(
+        "g", max_concurrency=1, lease_duration=timedelta(milliseconds=300)
+    )
+    await queue.enqueue_scheduled_many([("g1", "x"), ("g2", "x")], JobEnqueueOptions(group="g"))
+    log: list[tuple[str, str, int]] = []
+    running = peak = 0
+
+    async def handler(job: Any) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        log.append(("start", job.id, job.attempt))
+        try:
+            await anyio.sleep(1.2)
+        except BaseException:
+            log.append(("cancelled", job.id, job.attempt))
+            raise
+        finally:
+            running -= 1
+        log.append(("end", job.id, job.attempt))
+
+    worker = await run(client, queue, handler, visibility_timeout=timedelta(seconds=3))
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+
+        async def both_done() -> bool:
+            return sum(1 for e in log if e[0] == "end") == 2
+
+        await wait_until_async(both_done, timeout=20)
+        stats = worker.statistics(queue.name)
+        await worker.stop()
+    assert peak == 1, log
+    assert log == [
+        ("start", "g1", 1),
+        ("end", "g1", 1),
+        ("start", "g2", 1),
+        ("end", "g2", 1),
+    ]
+    assert stats.leases_lost == 0
+    # about ten renewals per second of handler time (a third of 300 ms), not one per second
+    assert stats.renewal_passes >= 12
