@@ -130,7 +130,13 @@ class ClusterReconfiguring(RedisUnavailable):
     run: the slot is being migrated (``TRYAGAIN``: a multi-key command during resharding), the
     cluster is down for it (``CLUSTERDOWN``), or redirections kept pointing elsewhere. The client
     retries such replies for ``ConnectionSettings.cluster_retry_timeout`` before raising this;
-    the runtime's actors wait it out with backoff. A producer may repeat the call as is."""
+    the runtime's actors wait it out with backoff. A producer may repeat the call as is.
+
+    Also raised, without retrying, when a script reaches a key it derives from its declared
+    ones (flow or batch state, metrics) that the migrating node no longer holds ("attempted to
+    access a non local key"): respire_actors' scripts reach such keys before their first
+    write, except a completion of several jobs, whose jobs before that key stay committed (a
+    repeat reports them stale); repeating the call is safe."""
 
     ran = False
 

@@ -314,6 +314,13 @@ def map_error(exc: BaseException) -> BaseException:
     return exc
 
 
+_NON_LOCAL_KEY = "ttempted to access a non local key in a cluster node"
+"""A script touched a key it did not declare whose slot this node is not serving now (Redis
+7.0: "Script attempted ...", Valkey: "Attempted ..."): mid-migration, when the key is absent
+on the migrating node. The keys a respire_actors script derives from its declared ones (flow and
+batch state, metrics, the coordination marker) share their hash tag, so this is never a
+cross-slot mistake."""
+
 _CLUSTER_TRANSIENT = ("TRYAGAIN", "CLUSTERDOWN")
 """Cluster replies that mean "not now": the command did not run and may be repeated."""
 
@@ -329,6 +336,14 @@ def _map_reply(message: str) -> RespireError:
     if code in _CLUSTER_TRANSIENT or code in ("MOVED", "ASK"):
         return ClusterReconfiguring(
             f"the cluster could not serve this command now ({message}); it did not run"
+        )
+    if code == "ERR" and _NON_LOCAL_KEY in message:
+        return ClusterReconfiguring(
+            f"the cluster could not serve a key of this script's slot now ({message}): the slot "
+            "is being migrated and the key is not on this node. The script stopped at that key; "
+            "respire_actors' scripts reach such keys before their first write (a completion of "
+            "several jobs may have committed the ones before it, which report stale if "
+            "repeated), so the call may be repeated as is"
         )
     if code == "WRONGTYPE":
         return WrongKeyType(message)

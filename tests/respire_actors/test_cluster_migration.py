@@ -18,9 +18,19 @@ from pathlib import Path
 import anyio
 import pytest
 from helpers.servers import Cluster, key_slot, start_cluster
-from helpers.waiting import wait_until
+from helpers.waiting import wait_until, wait_until_async
 
-from respire_actors import ClusterReconfiguring, Job, JobQueue, StrCodec, Worker, WorkerOptions
+from respire_actors import (
+    ClusterReconfiguring,
+    DeadLetter,
+    Job,
+    JobEnqueueOptions,
+    JobQueue,
+    QueueOptions,
+    StrCodec,
+    Worker,
+    WorkerOptions,
+)
 from respire_actors.keys import JobQueueKeys
 from respire_actors.redis.client import RedisClient, connect
 from supervisors import SupervisorSnapshot
@@ -224,3 +234,87 @@ async def test_a_worker_started_while_its_slot_is_half_migrated_waits_and_runs(
             await wait_until(lambda: len(handled) == 20, timeout=20)
             await worker.stop()
     assert all(n == 1 for n in handled.values())
+
+
+async def test_a_completion_reaching_an_absent_undeclared_key_mid_migration_waits(
+    own_cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A real reshard leaves the slot MIGRATING before any key has moved. Every key a
+    completion declares is still on the source, so the script runs, but the keys it derives
+    from them (the coordination marker, here absent) are refused inside it ("attempted to access
+    a non local key"): that used to surface as an untyped ServerError, the sweeper crashed and
+    restarted and the job's completion was dropped, so it ran again after its visibility
+    timeout. It is a ClusterReconfiguring now: waited out, committed once the slot settles."""
+    caplog.set_level("WARNING")
+    async with connect(own_cluster.url, cluster_retry_timeout=0.3) as client:
+        queue = JobQueue(client, "orders", StrCodec())
+        release = anyio.Event()
+        started = anyio.Event()
+        handled: Counter[str] = Counter()
+
+        async def handler(job: Job[str]) -> object:
+            handled[job.id] += 1
+            if job.id == "bad":
+                return DeadLetter()
+            if job.id == "g1":
+                started.set()
+                await release.wait()
+            return None
+
+        worker = Worker()
+        options = WorkerOptions(
+            consumer_count=4, poll_interval=0.05, recovery_interval=0.2, visibility_timeout=8
+        )
+        worker.register(
+            "orders", handler, StrCodec(), options,
+            queue_options=QueueOptions(scheduling_poll_interval=0.05),
+        )  # fmt: skip
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run, client)
+            await queue.enqueue("bad", "x")  # the dead-letter stream exists
+            await wait_until(lambda: handled["bad"] == 1, timeout=10)
+            await queue.set_group_options("g", max_concurrency=1)
+            await queue.enqueue_scheduled("g1", "x", JobEnqueueOptions(group="g"))
+            await queue.enqueue_scheduled("g2", "x", JobEnqueueOptions(group="g"))
+            with anyio.fail_after(10):
+                await started.wait()
+            k = queue.keys
+
+            async def parked() -> bool:  # g2 waits for g1's permit
+                return bool(await client.execute("EXISTS", k.group_parked))
+
+            await wait_until_async(parked, timeout=10)  # every key job_complete declares exists
+            for key in (k.ready, k.events, k.dead, k.group_leases, k.group_owners, k.group_parked):
+                assert await client.execute("EXISTS", key) == 1, key
+            assert await client.execute("EXISTS", k.coordinated) == 0
+            slot = key_slot(k.ready)
+            source = own_cluster.owner_of(slot)
+            target = next(n for n in own_cluster.nodes if n.port != source.port)
+            target.execute(
+                "CLUSTER", "SETSLOT", slot, "IMPORTING", source.execute("CLUSTER", "MYID")
+            )  # type: ignore[arg-type]
+            source.execute(
+                "CLUSTER", "SETSLOT", slot, "MIGRATING", target.execute("CLUSTER", "MYID")
+            )  # type: ignore[arg-type]
+            release.set()
+            # held for less than the visibility timeout: a completion is committed once it ends
+            # (a handler's lease is renewed while it runs, not while its outcome waits)
+            await anyio.sleep(2)
+            for node in (source, target):
+                node.execute("CLUSTER", "SETSLOT", slot, "STABLE")
+            counts: Counter[str] = Counter()
+
+            async def g1_completed() -> bool:
+                counts.clear()
+                counts.update(await completed_counts(client, queue))
+                return counts["g1"] == 1 and counts["g2"] == 1
+
+            await wait_until_async(g1_completed, timeout=20)
+            await anyio.sleep(1)
+            snapshot = worker.snapshot()
+            await worker.stop()
+    assert handled["g1"] == 1 and handled["g2"] == 1
+    assert _restarts(snapshot) == 0
+    messages = [r.getMessage() for r in caplog.records]
+    untyped = [m for m in messages if "non local key" in m and "could not serve" not in m]
+    assert not untyped, untyped[:3]
