@@ -245,6 +245,16 @@ class ConnectionSettings:
             )
         if kwargs.get("tls_cert_reqs") not in (None, "optional", "required", "none"):
             raise ConfigurationError("ssl_cert_reqs must be optional, required or none")
+        given_tls = sorted(
+            n
+            for n in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs")
+            if n.replace("ssl_", "tls_") in kwargs
+        )
+        if given_tls and not tls:
+            raise ConfigurationError(
+                f"{_redact(url)!r} gives TLS options ({', '.join(given_tls)}) to a plain-text "
+                "scheme: use rediss:// (or valkeys://, rediss+cluster://) to connect with TLS"
+            )
         if kwargs.get("db", 0) and kwargs.get("cluster"):
             raise ConfigurationError("a Redis Cluster has only database 0")
         kwargs.update(overrides)
@@ -1062,7 +1072,7 @@ def _ssl_context(s: ConnectionSettings) -> ssl.SSLContext | None:
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
     elif s.tls_cert_reqs == "optional":
-        context.check_hostname = False
+        # a server always presents a certificate: it is verified, host name included
         context.verify_mode = ssl.CERT_OPTIONAL
     return context
 

@@ -15,16 +15,17 @@ from pathlib import Path
 from respire_actors.embedded import free_port
 
 
-def make_certificates(folder: Path) -> Path:
-    """Write ``ca.pem``/``ca.key``, ``server.pem``/``server.key`` (localhost, 127.0.0.1) and
-    ``client.pem``/``client.key`` (for mutual TLS), all signed by the CA, into ``folder``."""
+def make_certificates(folder: Path, server_names: str = "DNS:localhost,IP:127.0.0.1") -> Path:
+    """Write ``ca.pem``/``ca.key``, ``server.pem``/``server.key`` (for ``server_names``, by
+    default localhost and 127.0.0.1) and ``client.pem``/``client.key`` (for mutual TLS), all
+    signed by the CA, into ``folder``."""
 
     def openssl(*args: str) -> None:
         subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
 
     openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
             "-keyout", "ca.key", "-out", "ca.pem", "-subj", "/CN=respire test CA")  # fmt: skip
-    (folder / "server.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    (folder / "server.ext").write_text(f"subjectAltName={server_names}\n")
     (folder / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
     for name, subject in (("server", "/CN=localhost"), ("client", "/CN=respire worker")):
         openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key",

@@ -110,3 +110,27 @@ async def test_tls_refuses_an_unknown_certificate_authority(
         # verification can be switched off explicitly (never by default)
         async with connect(f"rediss://localhost:{port}?ssl_cert_reqs=none") as client:
             assert await client.execute("PING") == b"PONG"
+
+
+@pytest.fixture(scope="session")
+def misnamed_certificates(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A server certificate from a trusted CA that names another host only."""
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl CLI is needed to make test certificates")
+    return make_certificates(tmp_path_factory.mktemp("tls-misnamed"), "DNS:wrong.example")
+
+
+@pytest.mark.parametrize("reqs", ["", "&ssl_cert_reqs=required", "&ssl_cert_reqs=optional"])
+async def test_tls_refuses_a_certificate_for_another_host(
+    misnamed_certificates: Path, valkey_url: str, reqs: str
+) -> None:
+    """Host names are checked whatever ssl_cert_reqs says short of none (optional used to skip
+    the check: any certificate of the CA passed for any host)."""
+    upstream = ConnectionSettings.from_url(valkey_url).port
+    async with tls_proxy(misnamed_certificates, upstream) as port:
+        ca = misnamed_certificates / "ca.pem"
+        with pytest.raises(RedisUnavailable, match=r"mismatch|hostname|certificate"):
+            async with connect(
+                f"rediss://localhost:{port}?connect_timeout=5&ssl_ca_certs={ca}{reqs}"
+            ):
+                pass

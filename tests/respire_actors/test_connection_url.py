@@ -64,6 +64,22 @@ def test_rediss_turns_tls_on_with_options() -> None:
     assert parse("valkeys://cache.example").tls is True
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://u:pw@cache.example?ssl_ca_certs=/etc/ca.pem&ssl_cert_reqs=required",
+        "redis://cache.example?ssl_cert_reqs=none",
+        "redis+cluster://a:1,b:2?ssl_certfile=/c.pem&ssl_keyfile=/k.pem",
+        "unix:///tmp/redis.sock?ssl_ca_certs=/etc/ca.pem",
+    ],
+)
+def test_tls_options_on_a_plain_text_scheme_are_refused(url: str) -> None:
+    """One missing "s" in the scheme used to connect in plain text, options ignored."""
+    with pytest.raises(ConfigurationError, match="rediss://") as info:
+        parse(url)
+    assert "pw" not in str(info.value)
+
+
 def test_bad_cert_reqs_is_rejected() -> None:
     with pytest.raises(ConfigurationError, match="ssl_cert_reqs"):
         parse("rediss://h?ssl_cert_reqs=sometimes")
