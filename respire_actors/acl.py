@@ -116,7 +116,7 @@ ROLE_COMMANDS: Mapping[Role, tuple[str, ...]] = {
         "zrangebylex",
     ),
     # read_events, get_state, get_logs, status, result, read_metrics, flow_results,
-    # batch_status
+    # batch_status; a partitioned queue's backlog (XLEN of each partition)
     "observer": (
         *_SCRIPTS,
         "type",
@@ -128,6 +128,7 @@ ROLE_COMMANDS: Mapping[Role, tuple[str, ...]] = {
         "lrange",
         "xread",
         "xrevrange",
+        "xlen",
     ),
     # pause / resume, set_rate_limit, group options and pause, get_group, list_groups,
     # read_dead_letters, get_state; the operator API (respire_actors.admin) and the operator

@@ -18,12 +18,13 @@ import zlib
 
 from ..actors._util import text
 from ..errors import PartitionCountMismatch, ValidationError
-from ..keys import MAX_PARTITIONS, partition_name, partitions_key, validate_name
+from ..keys import MAX_PARTITIONS, JobQueueKeys, partition_name, partitions_key, validate_name
 from ..redis.client import RedisClient
-from ..redis.scripts import load
+from ..redis.scripts import load, run_many
 from .options import validate_job_id
 
 _PARTITIONS = load("job_partitions")
+_PROBE = load("partition_probe")
 
 
 def validate_partitions(partitions: object) -> int:
@@ -60,12 +61,18 @@ def partition_names(name: str, partitions: int) -> tuple[str, ...]:
 async def check_partition_count(
     client: RedisClient, name: str, partitions: int, *, record: bool = True
 ) -> bool:
-    """Record ``partitions`` as queue ``name``'s count, or compare it with the recorded one
-    (one script). With ``record=False`` only compare (nothing is written; a queue with no
-    recorded count passes). Returns whether a count is recorded now. Raises
-    :class:`PartitionCountMismatch` when they differ."""
+    """Record ``partitions`` as queue ``name``'s count, or compare it with the recorded one.
+    Before recording it checks that this client may write every partition (a producer whose
+    ACL user lacks them is refused with nothing recorded). With ``record=False`` only compare
+    (nothing is written; a queue with no recorded count passes). Returns whether a count is
+    recorded now. Raises :class:`PartitionCountMismatch` when they differ."""
     key = partitions_key(name, client.key_prefix)
-    reply = await _PARTITIONS(client, (key,), ("init", partitions) if record else ("get",))
+    reply = await _PARTITIONS(client, (key,), ("get",))
+    if record and text(reply[0]) == "absent":
+        # first of all: may this client write the partitions? A refused producer must not
+        # leave a count behind that later ones would have to match
+        await _probe_partitions(client, name, partitions)
+        reply = await _PARTITIONS(client, (key,), ("init", partitions))
     status = text(reply[0])
     if status == "absent":
         return False
@@ -81,6 +88,18 @@ async def check_partition_count(
             stored=stored,
         )
     return True
+
+
+async def _probe_partitions(client: RedisClient, name: str, partitions: int) -> None:
+    """Raise :class:`~respire_actors.errors.PermissionDenied` unless this client may append
+    to every partition's ready stream (one pipelined round trip, nothing written)."""
+    calls = [
+        (_PROBE, (JobQueueKeys(partition_name(name, i), client.key_prefix).ready,), ())
+        for i in range(partitions)
+    ]
+    for reply in await run_many(client, calls):
+        if isinstance(reply, BaseException):
+            raise reply
 
 
 __all__ = ["check_partition_count", "partition_names", "partition_of", "validate_partitions"]

@@ -491,8 +491,39 @@ async def test_producer_and_worker_users_need_only_the_partitions_keys(
                 await PartitionedJobQueue(o, unique_name, StrCodec(), partitions=4).enqueue(
                     "z", "x"
                 )
+        # an observer inspects it (every partition's backlog, the aggregate state)
+        async with acl_user(
+            client, server_url, f"{unique_name}-r", acl_rules("observer", names)
+        ) as r:
+            observed = PartitionedJobQueue(r, unique_name, StrCodec(), partitions=4)
+            assert sum(await observed.backlog()) == 20
+            assert not (await observed.get_state()).paused
     assert await acl_denials(client, f"{unique_name}-p") == []
     assert await acl_denials(client, f"{unique_name}-w") == []
+    assert await acl_denials(client, f"{unique_name}-r") == []
+
+
+@pytest.mark.parametrize("role", ["producer", "worker"])
+async def test_a_user_refused_the_partitions_records_no_partition_count(
+    client: RedisClient, server_url: str, unique_name: str, role: str
+) -> None:
+    """Rules over the queue's own name only (partition_names forgotten): the first enqueue, or
+    a worker's start, is refused, and nothing is written, not even the partition count (it
+    used to be recorded first, so later producers and workers had to match a count set by a
+    misconfigured one)."""
+    user = f"{unique_name}-{role}"
+    async with acl_user(client, server_url, user, acl_rules(role, (unique_name,))) as c:
+        queue = PartitionedJobQueue(c, unique_name, StrCodec(), partitions=4)
+        with pytest.raises(PermissionDenied):
+            if role == "producer":
+                await queue.enqueue("a", "x")
+            else:
+                await queue.check()
+    assert await client.execute("KEYS", f"*{unique_name}*") == []
+    # the right users then record the count they use
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=8)
+    await queue.enqueue("a", "x")
+    assert await client.execute("GET", partitions_key(unique_name)) == b"8"
 
 
 async def test_a_busy_partition_does_not_starve_a_newly_filled_one(
