@@ -8,8 +8,10 @@ import os
 import re
 import socket
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 from ..errors import ValidationError
 from ..keys import validate_name
@@ -37,12 +39,34 @@ def duration_ms(value: timedelta | float | int, *, what: str, allow_zero: bool =
     seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
     if math.isnan(seconds) or math.isinf(seconds):
         raise ValidationError(f"{what} must be finite")
+    if seconds < 0:
+        raise ValidationError(f"{what} must be {'zero or ' if allow_zero else ''}positive")
+    # rounded to a nanosecond first, so 0.001 s (1.0000000000000002 ms in binary) is 1 ms; any
+    # positive value is at least 1 ms
     ms = math.ceil(round(seconds * 1000, 6))
-    if ms < 0 or (ms == 0 and not allow_zero):
+    if seconds > 0:
+        ms = max(ms, 1)
+    if ms == 0 and not allow_zero:
         raise ValidationError(f"{what} must be {'zero or ' if allow_zero else ''}positive")
     if ms > MAX_MS:
         raise ValidationError(f"{what} must be at most {MAX_MS} ms (about 24.8 days)")
     return ms
+
+
+def iterate(values: object, *, what: str) -> Iterator[Any]:
+    """An iterator over a ``*_many`` call's items, or :class:`ValidationError` for a value that
+    is not an iterable of them: a number, or one ``str``/``bytes`` (its characters would be
+    taken for items)."""
+    if isinstance(values, str | bytes | bytearray | memoryview):
+        raise ValidationError(
+            f"{what} must be an iterable of items (a list), not one {type(values).__name__}"
+        )
+    try:
+        return iter(values)  # type: ignore[call-overload, no-any-return]
+    except TypeError:
+        raise ValidationError(
+            f"{what} must be an iterable of items (a list), got {type(values).__name__}"
+        ) from None
 
 
 # ASCII digits only, matched in full: ``\d`` would admit other scripts' digits and ``$``

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from ..actors.options import iterate
 from ..codecs import Codec, encode_with
 from ..errors import (
     BatchActive,
@@ -195,7 +196,7 @@ async def add_many_to_batch(
     envelope: Sequence[Arg] = (),
 ) -> list[bool]:
     validate_job_id(batch_id, what="batch id")
-    members = [_member(codec, item, i) for i, item in enumerate(jobs)]
+    members = [_member(codec, item, i) for i, item in enumerate(iterate(jobs, what="jobs"))]
     distinct = dict(reversed(members))  # a repeated id keeps its first payload
     if len(distinct) > MAX_MEMBERS:
         raise _too_large(batch_id, "members", f"{len(members)} jobs in one call")

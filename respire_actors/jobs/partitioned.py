@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar
 import anyio
 
 from .. import tracing
-from ..actors.options import RateLimit
+from ..actors.options import RateLimit, iterate
 from ..codecs import Codec, check_codec
 from ..errors import ValidationError
 from ..keys import partition_name, validate_name
@@ -152,7 +152,7 @@ class PartitionedJobQueue(Generic[T]):
         routed: list[tuple[JobQueue[T], _Prepared]] = []
         with ExitStack() as stack:
             # validate and encode everything before anything is sent
-            for i, item in enumerate(jobs):
+            for i, item in enumerate(iterate(jobs, what="jobs")):
                 job_id, payload, key = _item(item, i)
                 queue = self.queues[self.partition_of(job_id if key is None else key)]
                 span = stack.enter_context(tracing.producer_span(_SPAN, queue.name))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -14,6 +13,7 @@ import anyio
 from opentelemetry.trace import Span
 
 from .. import tracing
+from ..actors.options import is_entry_id, iterate
 from ..clock import Clock
 from ..codecs import Codec, JsonValueCodec, check_codec, decode_with, encode_with
 from ..errors import (
@@ -219,7 +219,7 @@ class JobQueue(Generic[T]):
         """
         with ExitStack() as stack:
             prepared = []
-            for i, item in enumerate(jobs):
+            for i, item in enumerate(iterate(jobs, what="jobs")):
                 span = stack.enter_context(tracing.producer_span(_SPAN, self.name))
                 prepared.append(self._prepare(*_pair(item, i), dedup_window, span))
             return await self._pipelined(_ENQUEUE, prepared)
@@ -381,7 +381,7 @@ class JobQueue(Generic[T]):
         ``partial_results`` (as :meth:`enqueue_many`)."""
         with ExitStack() as stack:
             prepared = []
-            for i, item in enumerate(jobs):
+            for i, item in enumerate(iterate(jobs, what="jobs")):
                 span = stack.enter_context(tracing.producer_span(_SPAN, self.name))
                 prepared.append(self._prepare_scheduled(*_pair(item, i), options, span))
             return await self._pipelined(_SCHEDULE, prepared)
@@ -685,7 +685,7 @@ class JobQueue(Generic[T]):
         block_ms = duration_ms(block, what="block")
         if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10_000:
             raise ValidationError("batch must be an integer from 1 to 10000")
-        if not isinstance(cursor, str) or not (cursor == "$" or _EVENT_ID.match(cursor)):
+        if not isinstance(cursor, str) or not (cursor == "$" or is_entry_id(cursor)):
             raise ValidationError(f"cursor must be '0-0', '$' or an event id, got {cursor!r}")
         if cursor == "$":
             newest = await self.client.execute("XREVRANGE", self.keys.events, "+", "-", "COUNT", 1)
@@ -853,9 +853,6 @@ def _value(job_id: str, record: dict[str, bytes], codec: Codec[Any]) -> Any:
             problem,
         )
     return decode_with(codec, record["result"])
-
-
-_EVENT_ID = re.compile(r"\A[0-9]{1,20}(-[0-9]{1,20})?\Z")
 
 
 class EventReader:

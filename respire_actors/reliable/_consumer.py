@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any, Generic, Literal, TypeVar
 
 from .. import faults, tracing
-from ..actors.options import is_entry_id
+from ..actors.options import is_entry_id, iterate
 from ..codecs import Codec, DecodeError, check_codec
 from ..errors import ConfigurationError, ScriptError, ValidationError
 from ..keys import hash_tag, same_slot
@@ -37,7 +37,7 @@ MAX_DEDUP_ID_BYTES = 1024
 """Longest dedup id, in UTF-8 bytes (the same bound as a job id)."""
 
 RECEIVE_SPAN = "message receive"
-_RECEIPT = re.compile(r"^([0-9]+-[0-9]+):([0-9]+):([0-9]+)$")
+_RECEIPT = re.compile(r"([0-9]+-[0-9]+):([0-9]+):([0-9]+)")
 _MAX_DELIVERIES = 2**31 - 1
 
 Mode = Literal["queue", "topic"]
@@ -82,7 +82,7 @@ def parse_receipt(target: object) -> tuple[str, str, str]:
         raise ValidationError(
             f"expected a Message or its receipt string, got {type(target).__name__}"
         )
-    match = _RECEIPT.match(receipt)
+    match = _RECEIPT.fullmatch(receipt)
     if (
         match is None
         or not is_entry_id(match.group(1))
@@ -294,7 +294,7 @@ class Consumer(Generic[T]):
     async def ack_many(self, messages: Iterable[Message[Any] | str]) -> list[bool]:
         """Acknowledge many deliveries in one atomic script; one result per message (see
         :meth:`ack`). Cancellation leaves the same uncertainty as :meth:`ack`."""
-        receipts = [parse_receipt(m) for m in messages]
+        receipts = [parse_receipt(m) for m in iterate(messages, what="messages")]
         if not receipts:
             return []
         faults.point("reliable.before-ack")
@@ -332,7 +332,7 @@ class Consumer(Generic[T]):
         """Reject many deliveries with one delay, atomically; one result per message (see
         :meth:`nack`). Cancellation leaves the same uncertainty as :meth:`nack`."""
         delay_ms = to_ms(delay, "delay", allow_zero=True)
-        receipts = [parse_receipt(m) for m in messages]
+        receipts = [parse_receipt(m) for m in iterate(messages, what="messages")]
         if not receipts:
             return []
         reply = await load("rq_nack")(
@@ -417,7 +417,7 @@ class Consumer(Generic[T]):
         count = check_batch(count, "count")
         start = "-"
         if after is not None:
-            if not isinstance(after, str) or not re.match(r"^\d+-\d+$", after):
+            if not isinstance(after, str) or not is_entry_id(after):
                 raise ValidationError(f"after must be a stream id like '1-0', got {after!r}")
             start = "(" + after
         reply = await self._client.execute("XRANGE", self._dead, start, "+", "COUNT", count)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from datetime import timedelta
 
-from ..actors.options import MIN_VISIBILITY_MS
+from ..actors.options import MIN_VISIBILITY_MS, duration_ms
 from ..errors import ValidationError
 
 MAX_MS = 2**31 - 1
@@ -15,34 +14,13 @@ Duration = float | int | timedelta
 
 
 def to_ms(value: object, what: str, *, allow_zero: bool = False) -> int:
-    """A duration (seconds as int/float, or a timedelta) rounded up to whole milliseconds.
+    """A duration (seconds as int/float, or a timedelta) rounded up to whole milliseconds, as
+    every duration of the library is (:func:`~respire_actors.actors.options.duration_ms`).
 
     Raises :class:`ValidationError` unless it is finite, positive (or zero when allowed) and at
     most 2**31-1 ms.
     """
-    if isinstance(value, timedelta):
-        micros = value // timedelta(microseconds=1)
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        if isinstance(value, int) and abs(value) > MAX_MS:
-            # math.isfinite(10**400) would raise OverflowError; it is out of range anyway
-            raise ValidationError(f"{what} must be at most {MAX_MS} ms, got {value!r} s")
-        if not math.isfinite(value):
-            raise ValidationError(f"{what} must be finite, got {value!r}")
-        if value * 1000 > MAX_MS:
-            raise ValidationError(f"{what} must be at most {MAX_MS} ms, got {value!r} s")
-        # microsecond precision first, so 0.2 s is 200 ms and not 201
-        micros = round(value * 1_000_000)
-    else:
-        raise ValidationError(
-            f"{what} must be seconds (int or float) or a timedelta, got {type(value).__name__}"
-        )
-    if micros < 0 or (micros == 0 and not allow_zero):
-        bound = "zero or positive" if allow_zero else "positive"
-        raise ValidationError(f"{what} must be {bound}, got {value!r}")
-    ms = -(-micros // 1000)
-    if ms > MAX_MS:
-        raise ValidationError(f"{what} must be at most {MAX_MS} ms, got {value!r}")
-    return ms
+    return duration_ms(value, what=what, allow_zero=allow_zero)  # type: ignore[arg-type]
 
 
 def to_visibility_ms(value: object, what: str = "visibility") -> int:

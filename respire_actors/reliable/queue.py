@@ -7,6 +7,7 @@ from contextlib import ExitStack
 from typing import TypeVar
 
 from .. import tracing
+from ..actors.options import iterate
 from ..codecs import Codec, check_codec, encode_with
 from ..keys import ReliableQueueKeys
 from ..redis.client import RedisClient
@@ -170,7 +171,7 @@ class ReliableQueue(Consumer[T]):
         Each append is atomic, the batch is not: if the call fails midway or its reply is lost,
         some may have been appended. The pipeline is shielded from cancellation once sent.
         """
-        items = [encode_with(self._codec, p) for p in payloads]
+        items = [encode_with(self._codec, p) for p in iterate(payloads, what="payloads")]
         if not items:
             return []
         return await append_many(self._client, self._stream, items, self._name)

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any, Generic, Literal, TypeVar
 
-from ..actors.options import is_entry_id, retention_age_ms, validate_max_length
+from ..actors.options import is_entry_id, iterate, retention_age_ms, validate_max_length
 from ..codecs import Codec, check_codec, encode_with
 from ..errors import ValidationError
 from ..keys import ReliableQueueKeys, validate_name
@@ -160,7 +160,7 @@ class ReliableTopic(Generic[T]):
         is encoded before anything is sent. Each append is atomic, the batch is not: if the call
         fails midway or its reply is lost, some may have been published. The pipeline is
         shielded from cancellation once sent."""
-        items = [encode_with(self._codec, p) for p in payloads]
+        items = [encode_with(self._codec, p) for p in iterate(payloads, what="payloads")]
         if not items:
             return []
         return await append_many(self._client, self._keys.stream, items, self._name)

@@ -238,6 +238,12 @@ JOB_CALLS: dict[str, Callable[[JobQueue[str]], Awaitable[Any]]] = {
     "window-huge-int": lambda q: q.enqueue("j", "p", dedup_window=10**400),
     "window-huge-float": lambda q: q.enqueue("j", "p", dedup_window=1e300),
     "window-nan": lambda q: q.enqueue("j", "p", dedup_window=float("nan")),
+    "many-not-iterable": lambda q: q.enqueue_many(5),  # type: ignore[arg-type]
+    "scheduled-many-not-iterable": lambda q: q.enqueue_scheduled_many(5),  # type: ignore[arg-type]
+    "batch-many-not-iterable": lambda q: q.add_many_to_batch("b", 5),  # type: ignore[arg-type]
+    "delay-negative-tiny": lambda q: q.enqueue_scheduled("j", "p", JobEnqueueOptions(delay=-1e-10)),
+    "events-cursor-beyond-64-bits": lambda q: q.read_events("18446744073709551616-0").__aenter__(),
+    "events-cursor-newline": lambda q: q.read_events("1-0\n").__aenter__(),
     "many-1-tuple": lambda q: q.enqueue_many([("a",)]),  # type: ignore[list-item]
     "many-3-tuple": lambda q: q.enqueue_many([("a", "p", "x")]),  # type: ignore[list-item]
     "many-str": lambda q: q.enqueue_many(["ab"]),  # type: ignore[list-item]
@@ -264,6 +270,14 @@ async def test_job_queue_calls_refuse_bad_input_before_sending(
 
 
 RELIABLE_CALLS: dict[str, Callable[[ReliableQueue[str]], Awaitable[Any]]] = {
+    "send-many-not-iterable": lambda q: q.send_many(5),  # type: ignore[arg-type]
+    "send-many-one-str": lambda q: q.send_many("hello"),  # type: ignore[arg-type]
+    "ack-many-not-iterable": lambda q: q.ack_many(5),  # type: ignore[arg-type]
+    "ack-receipt-newline": lambda q: q.ack("1-0:1:5\n"),
+    "nack-receipt-newline": lambda q: q.nack("1-0:1:5\n"),
+    "dead-letters-after-newline": lambda q: q.dead_letters(after="1-0\n"),
+    "dead-letters-after-beyond-64-bits": lambda q: q.dead_letters(after="18446744073709551616-0"),
+    "dead-letters-after-arabic-digits": lambda q: q.dead_letters(after="\u0661-\u0660"),
     "dedup-blank": lambda q: q.send("p", dedup_id="   "),
     "dedup-empty": lambda q: q.send("p", dedup_id=""),
     "dedup-1mb": lambda q: q.send("p", dedup_id="x" * 1_000_000),

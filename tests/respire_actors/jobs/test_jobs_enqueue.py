@@ -101,6 +101,7 @@ async def test_concurrent_duplicates_yield_one_job(
     ("window", "expected_ms"),
     [
         (timedelta(microseconds=1), 1),  # truncation would give 0, which is invalid
+        (1e-10, 1),  # any positive value is at least 1 ms (it was refused as not positive)
         (0.0015, 2),
         (timedelta(milliseconds=1500, microseconds=1), 1501),
         (3.0000001, 3001),
