@@ -61,9 +61,12 @@ def test_memory_is_flat_once_the_window_is_reached(
         checked += 1
     assert checked >= 3, samples
     assert report["oldest_entry_ms_max_second_half"] < window * 1000 + 2000, report
-    # no upward trend: the second half never exceeds the first half's peak by much (without
-    # retention it grows by ~100 bytes per job, 2.5 MB over the second half)
-    assert max(s["used_memory"] for s in second) < max(s["used_memory"] for s in first) + MB
+    # and memory is what those bounded streams hold, nothing else accumulating per job: about
+    # 130-210 bytes per retained entry (deduplication records included), whatever the rate (a
+    # bound on the first half's peak depended on the second half's rate, which varies by machine)
+    start = samples[0]["used_memory"]
+    for s in second:
+        assert s["used_memory"] - start <= 300 * (s["ready"] + s["events"]) + MB, s
     # and once the work stops, what was processed is trimmed away
     end = samples[-1]
     assert (end["ready"], end["events"]) == (0, 0), end
