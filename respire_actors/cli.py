@@ -153,7 +153,11 @@ async def serve(
                 if config.stats_interval > 0 and _is_worker(config.app):
                     tg.start_soon(_report_throughput, config.app, config.stats_interval)
                 task_status.started()
-        finished.set()
+        if not current_child().stop_requested:
+            # the app returned by itself: the service is done. Not when the supervisor stopped
+            # it (a graceful stop, or a rest_for_one restart after the embedded server died:
+            # that restart must go ahead, not turn into a stop that exits 0)
+            finished.set()
 
     children = []
     if config.redis_url:

@@ -134,3 +134,29 @@ def test_serve_waits_for_an_external_server_that_is_loading(tmp_path: Path) -> N
         assert "Traceback" not in served.stderr()
     finally:
         server.stop()
+
+
+def test_serve_restarts_the_app_with_its_embedded_server_when_the_server_dies(
+    tmp_path: Path,
+) -> None:
+    """The embedded valkey-server is SIGKILLed under a running serve: rest_for_one restarts it
+    and then the app on a fresh connection, which serves again (the restart used to be taken
+    for the app's own return: serve stopped and exited 0 with its service gone)."""
+    data = tmp_path / "data"
+    env = {"COUNT_JOBS": "20", "COUNT_BATCH": "first", "COUNT_STAY": "1"}
+    with serving(APP, "--data-dir", str(data), stderr_path=tmp_path / "serve.err", env=env) as s:
+        assert "done: 20 distinct, 20 runs, 0 pending" in s.wait_for_line("done:")
+        record = embedded.read_record(data)
+        assert record is not None
+        os.kill(record.server_pid, signal.SIGKILL)
+        s.wait_for_stderr("child 'app' restarted")
+        # the restarted app enqueues the same batch again: deduplicated (the AOF kept it), and
+        # served by the restarted worker
+        assert "done: 20 distinct, 20 runs, 0 pending" in s.wait_for_line("done:")
+        assert s.proc.poll() is None, s.stderr()
+        again = embedded.read_record(data)
+        assert again is not None and again.server_pid != record.server_pid
+        assert embedded._pid_alive(again.server_pid)
+        s.signal(signal.SIGTERM)
+        assert s.wait() == 0, s.stderr()
+        wait_gone(again.server_pid)
