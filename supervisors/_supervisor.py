@@ -15,6 +15,7 @@ Invariants kept by this module:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import math
@@ -127,6 +128,17 @@ def _nested(spec: ChildSpec) -> Supervisor | None:
     if isinstance(owner, Supervisor) and getattr(spec.fn, "__name__", None) == "run":
         return owner
     return None
+
+
+def _raised_by_child() -> bool:
+    """Whether the ``asyncio.CancelledError`` being handled is the child's own rather than a
+    cancellation of its task: on asyncio a cancel scope cancels with ``Task.cancel()``, which
+    ``Task.cancelling()`` counts; under trio cancellation is ``trio.Cancelled``, so an
+    ``asyncio.CancelledError`` is always the child's."""
+    if anyio.get_cancelled_exc_class() is not asyncio.CancelledError:
+        return True
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() == 0
 
 
 class Supervisor:
@@ -527,6 +539,18 @@ class Supervisor:
                 await spec.fn(*spec.args, task_status=_TaskStatus(run))
         except Exception as exc:
             run.error = exc
+        except asyncio.CancelledError as exc:
+            if not _raised_by_child():
+                raise  # this task is being cancelled
+            # the child awaited something that was cancelled (or raised it): a failure like any
+            # other. Left to propagate it would end the supervisor's task group on asyncio
+            # (every sibling cancelled, run returning as if stopped) and escape run on trio.
+            failure = RuntimeError(
+                f"child {spec.name!r} raised a CancelledError of its own (it awaited a future or "
+                "task that was cancelled): treated as a failure"
+            )
+            failure.__cause__ = exc
+            run.error = failure
         finally:
             run.done.set()
             if run.ready:

@@ -313,3 +313,50 @@ async def test_a_supervisor_can_run_again_after_stopping(rec: Recorder) -> None:
             await sup.stop()
     # each run starts afresh: the child crashed once per run (restart counts reset)
     assert rec.count("crash:a") == 2
+
+
+async def test_a_childs_own_cancelled_error_is_a_failure_not_a_stop() -> None:
+    """A child that awaits a future someone else cancelled (asyncio), or raises
+    asyncio.CancelledError itself (trio), has failed: it is restarted and its sibling keeps
+    running. It used to end the supervisor's task group on asyncio (the sibling cancelled
+    without a stop request, run returning as if stopped) and escape run on trio."""
+    import asyncio
+
+    from supervisors import ChildSpec as Spec
+    from supervisors import Supervisor as Sup
+    from supervisors import current_child as child
+
+    events: list[str] = []
+
+    async def sibling(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        ctx = child()
+        task_status.started()
+        try:
+            await ctx.wait_stop_requested()
+            events.append("sibling stopped gracefully")
+        except anyio.get_cancelled_exc_class():
+            events.append("sibling cancelled")
+            raise
+
+    async def victim(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        ctx = child()
+        events.append(f"victim {ctx.restart_count}")
+        task_status.started()
+        if ctx.restart_count == 0:
+            await anyio.sleep(0.01)
+            if anyio.get_cancelled_exc_class() is asyncio.CancelledError:
+                future = asyncio.get_running_loop().create_future()
+                asyncio.get_running_loop().call_soon(future.cancel)
+                await future
+            raise asyncio.CancelledError("its own")
+        await ctx.wait_stop_requested()
+
+    sup = Sup("sup", [Spec("sibling", sibling), Spec("victim", victim)], backoff=None)
+    async with anyio.create_task_group() as tg:
+        await tg.start(sup.run)
+        with anyio.fail_after(5):
+            while "victim 1" not in events:  # noqa: ASYNC110 - the restart is what we wait on
+                await anyio.sleep(0.01)
+        assert sup.state.value == "running"
+        await sup.stop()
+    assert events == ["victim 0", "victim 1", "sibling stopped gracefully"]
