@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import anyio
 import anyio.abc
@@ -103,6 +103,16 @@ def consumer_supervisor(
     return RegistrationSupervisor(name, children, limits or RestartLimits(), rt.stats)
 
 
+class _Started(anyio.abc.TaskStatus[None]):
+    """A task status that runs a callback when the tree reports itself started."""
+
+    def __init__(self, started: Callable[[None], None]) -> None:
+        self._started = started
+
+    def started(self, value: None = None) -> None:
+        self._started(value)
+
+
 class ConsumerHost:
     """What job workers and stream workers share: a root supervisor over one consumer
     supervisor per registration, graceful stop, statistics and snapshots."""
@@ -115,6 +125,9 @@ class ConsumerHost:
         self._runtimes: dict[str, QueueRuntime] = {}
         self._supervisor: Supervisor | None = None
         self._fatal: BaseException | None = None
+        # a stop requested before the first tree was built (between start_soon(worker.run) and
+        # the construction): that run stops as soon as it has started
+        self._stop_pending = False
 
     def _on_fatal(self, exc: BaseException) -> None:
         """A registration hit an error no restart can fix: stop the whole tree; ``run``
@@ -125,6 +138,7 @@ class ConsumerHost:
             self._supervisor.request_stop()
 
     def _root(self, children: Sequence[Supervisor]) -> Supervisor:
+        self._fatal = None  # a new run: an earlier run's fatal error is not this run's
         self._supervisor = Supervisor(
             self.name,
             [s.child_spec(restart=Restart.PERMANENT, shutdown=math.inf) for s in children],
@@ -136,8 +150,14 @@ class ConsumerHost:
     async def _run_tree(
         self, supervisor: Supervisor, task_status: anyio.abc.TaskStatus[None]
     ) -> None:
+        def started(value: None = None) -> None:
+            task_status.started(value)
+            if self._stop_pending:
+                self._stop_pending = False
+                supervisor.request_stop()
+
         try:
-            await supervisor.run(task_status=task_status)
+            await supervisor.run(task_status=_Started(started))
         except StartError as exc:
             # Report the registration's own error (a mismatched policy, a vanished group)
             # rather than the supervisors' start errors wrapped around it.
@@ -148,6 +168,7 @@ class ConsumerHost:
                 raise cause from exc
             raise
         finally:
+            self._stop_pending = False
             # The tree has stopped: nothing sends or receives any more. Deliveries still
             # buffered were never started and stay pending in Redis for recovery.
             for rt in self._runtimes.values():
@@ -157,12 +178,19 @@ class ConsumerHost:
             raise self._fatal
 
     def request_stop(self) -> None:
-        """Begin graceful shutdown (intake stops, handlers get their grace period)."""
+        """Begin graceful shutdown (intake stops, handlers get their grace period). Requested
+        before the worker first ran (``run`` scheduled but not started yet, say), that run
+        stops as soon as it has started."""
+        if self._supervisor is None:
+            self._stop_pending = True
         if self._supervisor is not None:
             self._supervisor.request_stop()
 
     async def stop(self) -> None:
-        """Graceful shutdown; returns when the tree has stopped."""
+        """Graceful shutdown; returns when the tree has stopped (at once before the first run:
+        see :meth:`request_stop`)."""
+        if self._supervisor is None:
+            self._stop_pending = True
         if self._supervisor is not None:
             await self._supervisor.stop()
 

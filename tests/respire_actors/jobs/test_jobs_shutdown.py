@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import anyio
+import anyio.abc
 import pytest
 from jobs_helpers import (
     FAST,
@@ -308,3 +309,69 @@ async def test_recovery_dead_letters_entries_past_the_delivery_limit(
     events = await all_events(client, queue.keys)
     assert [(e.kind, e.reason, e.attempt) for e in events] == [("dead-letter", "delivery-limit", 1)]
     assert await pending_rows(client, queue.keys) == []
+
+
+async def test_a_stop_requested_before_the_tree_is_built_stops_the_run(
+    client: RedisClient, unique_name: str
+) -> None:
+    """request_stop() right after start_soon(worker.run) (a signal handler firing during
+    start-up, say) used to be dropped: the worker ran on."""
+    worker = Worker()
+
+    async def handler(job: Job[str]) -> Outcome:
+        return ACK
+
+    worker.register(unique_name, handler, StrCodec(), fast_options())
+    finished = anyio.Event()
+
+    async def run() -> None:
+        await worker.run(client)
+        finished.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        worker.request_stop()
+        with anyio.fail_after(10):
+            await finished.wait()
+
+
+async def test_a_worker_run_again_after_a_fatal_error_does_not_raise_it_again(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Run 1 ends with ConsumerGroupMissing (the group destroyed under it); the operator
+    recreates the group and runs the same Worker again: its graceful stop returns normally
+    (it used to raise run 1's error again)."""
+    from respire_actors.errors import ConsumerGroupMissing
+    from respire_actors.jobs.options import CONSUMER_GROUP
+
+    queue = JobQueue(client, unique_name, StrCodec())
+    worker = Worker()
+    seen: list[str] = []
+
+    async def handler(job: Job[str]) -> Outcome:
+        seen.append(job.id)
+        return ACK
+
+    worker.register(unique_name, handler, StrCodec(), fast_options())
+    errors: list[BaseException] = []
+
+    async def first_run(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        try:
+            await worker.run(client, task_status=task_status)
+        except ConsumerGroupMissing as exc:
+            errors.append(exc)
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            await tg.start(first_run)
+            await queue.enqueue("a", "x")
+            await wait_until(lambda: seen == ["a"])
+            await client.execute("XGROUP", "DESTROY", queue.keys.ready, CONSUMER_GROUP)
+            await queue.enqueue("b", "x")
+            await wait_until(lambda: bool(errors))
+        await client.execute("XGROUP", "CREATE", queue.keys.ready, CONSUMER_GROUP, "$")
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run, client)
+            await queue.enqueue("c", "x")
+            await wait_until(lambda: "c" in seen)
+            await worker.stop()
