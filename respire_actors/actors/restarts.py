@@ -105,9 +105,11 @@ class RegistrationSupervisor(Supervisor):
     """The supervisor of one registration's actors that outlives transient outages.
 
     Its first start behaves like any supervisor's (a failure fails the worker's start: the
-    start-up checks). Afterwards, when it gives up on a transient error (see
-    :func:`is_transient`), :meth:`run` waits ``outage_backoff`` and runs the actors again
-    instead of raising; a stop request ends the wait. Other errors are raised to the parent.
+    start-up checks); a start after the root restarted it (a fault) reports ready at once and
+    treats its own start-up failures like later ones. Afterwards, when it gives up on a
+    transient error (see :func:`is_transient`), :meth:`run` waits ``outage_backoff`` and runs
+    the actors again instead of raising; a stop request ends the wait. Other errors are raised
+    to the parent.
     """
 
     def __init__(
@@ -136,6 +138,11 @@ class RegistrationSupervisor(Supervisor):
         except RuntimeError:  # run on its own, not as a child
             ctx = None
         ready = _Ready(task_status, tracker)
+        if ctx is not None and ctx.restart_count > 0:
+            # restarted by the root after a fault: only the worker's own start is strict. The
+            # root hears "ready" at once, and an outage while the actors start again is waited
+            # out like any other (it used to count against the root, and stop the worker)
+            ready.report()
         while True:
             try:
                 await super().run(task_status=ready)
@@ -170,6 +177,10 @@ class _Ready:
 
     def started(self, value: None = None) -> None:
         self._tracker.started()
+        self.report()
+
+    def report(self) -> None:
+        """Tell the parent the registration is running (once)."""
         if not self.reported:
             self.reported = True
             self._parent.started()

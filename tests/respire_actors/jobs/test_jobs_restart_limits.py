@@ -46,11 +46,16 @@ LIMITS = RestartLimits(
 
 class Breakage:
     error: BaseException | None = None
+    start_error: BaseException | None = None
 
 
 async def fragile(breakage: Breakage, *, task_status: anyio.abc.TaskStatus[None]) -> None:
-    """An actor that fails with ``breakage.error`` while it is set."""
+    """An actor that fails with ``breakage.error`` while it is set (and fails to start with
+    ``breakage.start_error``)."""
     ctx = current_child()
+    if breakage.start_error is not None:
+        await anyio.sleep(0.01)
+        raise breakage.start_error
     task_status.started()
     with ctx.stop_scope():
         while breakage.error is None:  # noqa: ASYNC110 - a test actor polling a flag
@@ -62,8 +67,10 @@ async def fragile(breakage: Breakage, *, task_status: anyio.abc.TaskStatus[None]
 class FragileWorker(Worker):
     """A worker whose ``fragile_queue`` runs :func:`fragile` instead of its keeper."""
 
-    def __init__(self, fragile_queue: str, breakage: Breakage) -> None:
-        super().__init__(restart_limits=LIMITS)
+    def __init__(
+        self, fragile_queue: str, breakage: Breakage, limits: RestartLimits = LIMITS
+    ) -> None:
+        super().__init__(restart_limits=limits)
         self.fragile_queue = fragile_queue
         self.breakage = breakage
 
@@ -73,12 +80,14 @@ class FragileWorker(Worker):
         return super()._keeper(client, reg)
 
 
-def worker_for(a: str, b: str, runs: Counter[str], breakage: Breakage) -> FragileWorker:
+def worker_for(
+    a: str, b: str, runs: Counter[str], breakage: Breakage, limits: RestartLimits = LIMITS
+) -> FragileWorker:
     async def handler(job: Job[str]) -> Outcome:
         runs[f"{job.queue}:{job.id}"] += 1
         return ACK
 
-    worker = FragileWorker(a, breakage)
+    worker = FragileWorker(a, breakage, limits)
     for name in (a, b):
         worker.register(name, handler, StrCodec(), fast_options())
     return worker
@@ -211,3 +220,39 @@ async def test_jobs_in_flight_when_a_registration_gives_up_run_once(
         await wait_until_async(lambda: _drained(client, a))
         await worker.stop()
     assert {k: v for k, v in runs.items() if v != 1} == {}
+
+
+async def test_an_outage_while_the_root_restarts_a_queue_is_waited_out(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Queue A escalates one fault to the root (allowed: one root restart), and while the root
+    restarts it, A's server is down for a second: its start-up failures are an outage like
+    any other, not more faults (each used to count against the root, which stopped the whole
+    worker with RestartIntensityExceeded, queue B with it)."""
+    limits = RestartLimits(
+        actor_max_restarts=0,
+        actor_backoff=Backoff(initial=0.01, maximum=0.05),
+        outage_backoff=Backoff(initial=0.1, maximum=0.3),
+        root_max_restarts=1,
+        root_period=60.0,
+    )
+    a_name, b_name = f"{unique_name}-a", f"{unique_name}-b"
+    a, b = JobQueue(client, a_name, StrCodec()), JobQueue(client, b_name, StrCodec())
+    runs: Counter[str] = Counter()
+    breakage = Breakage()
+    worker = worker_for(a_name, b_name, runs, breakage, limits)
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        breakage.start_error = RedisUnavailable("queue A's server is down (simulated)")
+        breakage.error = ConfigurationError("a one-off fault")
+        stats = worker.statistics(a_name)
+        await wait_until(lambda: stats.outages >= 2)  # restarted by the root, then outages
+        for i in range(3):
+            await b.enqueue(f"b{i}", "x")
+        await wait_until(lambda: all(runs[f"{b_name}:b{i}"] == 1 for i in range(3)))
+        breakage.start_error = breakage.error = None
+        await a.enqueue("a0", "x")
+        await wait_until(lambda: runs[f"{a_name}:a0"] == 1, timeout=15)
+        snapshot = worker.snapshot()
+        await worker.stop()
+    assert snapshot is not None and snapshot.restarts_in_period == 1  # the one fault
