@@ -238,9 +238,10 @@ class JobDeadLettered(JobResultError):
 
 
 class JobResultUnavailable(JobResultError):
-    """The job completed, but no value can be returned: the worker does not keep results, the
-    retained record expired, or the value was not stored (``problem`` says why:
-    ``"result-too-large"``, ``"result-unencodable"``, ``"not-retained"``)."""
+    """The job finished, but no value can be returned: the worker does not keep results, the
+    retained record expired, the value was not stored, or the job was a batch member cancelled
+    with its batch (``problem`` says why: ``"result-too-large"``, ``"result-unencodable"``,
+    ``"not-retained"``, ``"cancelled"``)."""
 
     def __init__(self, message: str, job_id: str, problem: str) -> None:
         super().__init__(message, job_id)

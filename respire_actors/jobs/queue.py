@@ -798,17 +798,21 @@ class JobQueue(Generic[T]):
                 for entry_id, flat in _stream_entries(reply) if reply else []:
                     cursor = entry_id
                     event = _to_event(entry_id, flat)
-                    if event.job_id != job_id or event.kind not in ("completed", "dead-letter"):
+                    if event.job_id != job_id or event.kind not in _TERMINAL:
                         continue
                     # the record and the event are written by one script: read it now
                     record = await self._record(job_id)
                     if record:
                         return record
                     return {
-                        "state": b"completed" if event.kind == "completed" else b"dead-lettered",
+                        "state": _TERMINAL[event.kind],
                         "reason": (event.reason or "").encode(),
                         "result_state": b"not-retained",
                     }
+
+
+_TERMINAL = {"completed": b"completed", "dead-letter": b"dead-lettered", "cancelled": b"cancelled"}
+"""A job's terminal events, and the state of the record they stand for."""
 
 
 def _status(job_id: str, record: dict[str, bytes]) -> JobStatus:
@@ -844,6 +848,10 @@ def _value(job_id: str, record: dict[str, bytes], codec: Codec[Any]) -> Any:
             job_id,
             reason,
             detail,
+        )
+    if record.get("state") == b"cancelled":
+        raise JobResultUnavailable(
+            f"job {job_id!r} was cancelled with its batch: it has no result", job_id, "cancelled"
         )
     if status.result_state != "value" or "result" not in record:
         problem = status.result_state or "not-retained"

@@ -167,23 +167,30 @@ for _, row in ipairs(rows) do
       expired = expired + 1
     elseif limit > 0 and prior + handled >= limit then
       local job_id = respire_field(fields, '_respire.job.id') or ''
-      local dl = respire_dead_letter(dead, fields, nil, id, handled, 'delivery-limit', consumer)
-      local ev = redis.call('XADD', events, '*', unpack(respire_coord_tag(c,
-        {'kind', 'dead-letter', 'job_id', job_id, 'entry_id', id, 'attempt', tostring(handled),
-         'reason', 'delivery-limit'})))
+      local dl, ev = nil, nil
+      if plan and plan.as_cancelled then
+        -- a member of a batch whose cancellation was requested: cancelled, not dead-lettered
+        ev = redis.call('XADD', events, '*', unpack(respire_coord_tag(c,
+          {'kind', 'cancelled', 'job_id', job_id, 'entry_id', id, 'attempt', tostring(handled)})))
+      else
+        dl = respire_dead_letter(dead, fields, nil, id, handled, 'delivery-limit', consumer)
+        ev = redis.call('XADD', events, '*', unpack(respire_coord_tag(c,
+          {'kind', 'dead-letter', 'job_id', job_id, 'entry_id', id,
+           'attempt', tostring(handled), 'reason', 'delivery-limit'})))
+      end
       local undo, aerr = respire_coord_apply(ready, events, plan)
       local ok, ackErr = false, aerr and aerr['err']
       if not aerr then ok, ackErr = pcall(respire_ack, ready, group, ack_mode, id) end
       if not ok then
         if not aerr then respire_coord_undo(ready, events, undo) end
         redis.call('XDEL', events, ev)
-        redis.call('XDEL', dead, dl)
+        if dl then redis.call('XDEL', dead, dl) end
         respire_metrics_record(ready, retention, 0, dead_count)
         return redis.error_reply('RESPIRE_CLAIM dead-lettering ' .. id .. ' failed: ' ..
                                  tostring(ackErr))
       end
       if g then respire_group_drop(leases, owners, g, id); respire_group_nudge(parked, g) end
-      dead_count = dead_count + 1
+      if dl then dead_count = dead_count + 1 end
     else
       if g then respire_group_take(policy, leases, owners, g, id, consumer, handled + 1, now(), p, tat) end
       claimed[#claimed + 1] = {id, fields, handled + 1}

@@ -25,7 +25,8 @@
 -- because its batch's cancellation was requested) appends a cancelled event and acknowledges.
 -- A flow node or batch member (lib/coordination.lua) also updates its flow or batch in the
 -- same step: results, parent activation, counts, callbacks, their events; its own event carries
--- a 'flow' or 'batch' field. Every committed outcome of a grouped
+-- a 'flow' or 'batch' field. A batch member completing ('ack' or 'dead') after its batch's
+-- cancellation was requested is committed as 'cancelled'. Every committed outcome of a grouped
 -- job (_respire.job.group in its body) also releases its group lease when this consumer holds
 -- it for this attempt (see lib/group_lease.lua), in the same execution.
 -- Returns one status per outcome: 1 committed, 0 stale (fence failed: another delivery owns
@@ -92,6 +93,9 @@ for i = 0, n - 1 do
     local c = coordinated and respire_coord_of(ready, body) or nil
     local plan, perr = respire_coord_plan(ready, events, c, respire_coord_outcome(kind), nil)
     if perr then return perr end
+    -- a batch member finishing after its batch's cancellation was requested counts as
+    -- cancelled whatever it returned: its event says so, no dead letter, no metrics
+    if plan and plan.as_cancelled then kind = 'cancelled' end
     local appended_events, appended_dead = nil, nil
     if kind == 'ack' then
       appended_events = redis.call('XADD', events, '*', unpack(respire_coord_tag(c,

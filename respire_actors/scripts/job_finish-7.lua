@@ -93,8 +93,14 @@ local c = coordinated and respire_coord_of(ready, body) or nil
 local plan, perr = respire_coord_plan(ready, events, c, respire_coord_outcome(kind), flow_result)
 if perr then return perr end
 
+-- a batch member finishing after its batch's cancellation was requested counts as cancelled
+-- whatever it returned: its event and record say so, no dead letter, no metrics
+local cancelled = plan and plan.as_cancelled
 local appended_events, appended_dead = nil, nil
-if kind == 'ack' then
+if cancelled then
+  appended_events = redis.call('XADD', events, '*', unpack(respire_coord_tag(c,
+    {'kind', 'cancelled', 'job_id', job_id, 'entry_id', entry, 'attempt', attempt})))
+elseif kind == 'ack' then
   appended_events = redis.call('XADD', events, '*', unpack(respire_coord_tag(c,
     {'kind', 'completed', 'job_id', job_id, 'entry_id', entry, 'attempt', attempt})))
 else
@@ -108,7 +114,9 @@ else
 end
 if keep > 0 then
   redis.call('DEL', record)
-  local fields = {'state', kind == 'ack' and 'completed' or 'dead-lettered', 'job_id', job_id,
+  local outcome = kind == 'ack' and 'completed' or 'dead-lettered'
+  if cancelled then outcome = 'cancelled' end
+  local fields = {'state', outcome, 'job_id', job_id,
                   'entry_id', entry, 'attempt', attempt, 'reason', reason, 'detail', detail,
                   'result_state', state, 'finished_at', tostring(respire_now_ms())}
   if state == 'value' then
@@ -131,7 +139,9 @@ if not ok then
 end
 local g = grouped and respire_field(body, '_respire.job.group')
 if g then respire_group_release(leases, owners, parked, g, entry, consumer, attempt) end
-if kind == 'ack' then
+if cancelled then
+  respire_metrics_record(ready, retention, 0, 0)
+elseif kind == 'ack' then
   respire_metrics_record(ready, retention, 1, 0)
 else
   respire_metrics_record(ready, retention, 0, 1)

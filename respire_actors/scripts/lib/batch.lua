@@ -127,7 +127,8 @@ local function respire_batch_plan(c, outcome)
   else
     s.cancelled = s.cancelled + 1
   end
-  local plan = {key = c.key, old = raw, ready = {}, events = {}}
+  -- as_cancelled: the member's own event (and metrics, dead letter) must say cancelled too
+  local plan = {key = c.key, old = raw, ready = {}, events = {}, as_cancelled = code == 3}
   respire_batch_finish(s, plan.ready, plan.events)
   plan.new = respire_batch_encode(s)
   return plan, nil

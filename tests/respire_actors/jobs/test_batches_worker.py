@@ -321,12 +321,13 @@ async def test_cancel_mid_batch(client: RedisClient, queue: JobQueue[str]) -> No
     assert status.completed
     assert await published_callbacks(queue) == ["cb-fail", "cb-done"]
     events = await all_events(client, queue.keys)
+    # the running member completed after the request: it counts as cancelled, event included
     assert sorted(e.job_id for e in events if e.kind == "cancelled") == [
-        f"later-{i}" for i in range(4)
+        *(f"later-{i}" for i in range(4)),
+        "slow",
     ]
     assert {e.batch_id for e in events if e.kind == "cancelled"} == {batch}
-    # the running member acknowledged normally, counted cancelled
-    assert [e.job_id for e in events if e.kind == "completed" and e.batch_id == batch] == ["slow"]
+    assert [e.job_id for e in events if e.kind == "completed" and e.batch_id == batch] == []
     assert await queue.cancel_batch(batch) is False  # a completed batch is left unchanged
     assert (await status_of(queue, batch)).cancelled == 5
 
@@ -503,3 +504,55 @@ async def test_a_key_prefix_is_respected(
     # nothing was written outside the prefix
     keys = [text(k) for k in await client.execute("KEYS", f"*{unique_name}-q*")]
     assert keys and all(k.startswith(f"{unique_name}:") for k in keys)
+
+
+@pytest.mark.parametrize("returned", ["ack", "dead", "ack-kept"])
+async def test_a_member_running_when_its_batch_is_cancelled_is_cancelled_everywhere(
+    client: RedisClient, unique_name: str, returned: str
+) -> None:
+    """The member's handler is running when cancel_batch is called, then returns ACK or a
+    DeadLetter: the batch counts it cancelled, and so do its event (kind 'cancelled', no
+    dead letter) and the per-minute metrics (not counted). Its completed or dead-letter event
+    and a metrics count used to contradict the batch. With keep_results its record says
+    cancelled and result() raises JobResultUnavailable."""
+    from respire_actors.errors import JobResultUnavailable
+    from respire_actors.jobs import QueueOptions
+
+    queue = JobQueue(client, unique_name, StrCodec())
+    batch = await queue.create_batch(batch_id="B")
+    started, release = anyio.Event(), anyio.Event()
+
+    async def handler(job: Job[str]) -> Any:
+        started.set()
+        await release.wait()
+        return DeadLetter("explicit", "x") if returned == "dead" else ACK
+
+    await queue.add_to_batch(batch, "m", "x")
+    keep = timedelta(minutes=1) if returned == "ack-kept" else None
+    async with running_worker(
+        client,
+        queue.name,
+        handler,
+        options=fast_options(keep_results=keep),
+        queue_options=QueueOptions(metrics_retention_minutes=5),
+    ):
+        with anyio.fail_after(10):
+            await started.wait()
+        assert await queue.cancel_batch(batch)
+        release.set()
+
+        async def done() -> bool:
+            return (await queue.batch_status(batch)).completed
+
+        await wait_until_async(done, timeout=10)
+    status = await queue.batch_status(batch)
+    assert (status.cancelled, status.succeeded, status.failed) == (1, 0, 0)
+    kinds = [e.kind for e in await all_events(client, queue.keys) if e.job_id == "m"]
+    assert kinds == ["cancelled"], kinds
+    assert await client.execute("XLEN", queue.keys.dead) == 0
+    minutes = await queue.read_metrics(5)
+    assert (sum(m.completed for m in minutes), sum(m.failed for m in minutes)) == (0, 0)
+    if keep:
+        with pytest.raises(JobResultUnavailable) as raised:
+            await queue.result("m", timeout=1)
+        assert raised.value.problem == "cancelled"
