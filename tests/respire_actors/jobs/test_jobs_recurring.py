@@ -377,6 +377,8 @@ def nothing_sent(client: RedisClient) -> Iterator[None]:
         ({"cron": "CRON_TZ=Europe/Paris 0 9 * * *"}, "time zones"),
         ({"cron": "TZ=UTC 0 9 * * *"}, "time zones"),
         ({"cron": "0 0 30 2 *"}, "day-of-month"),
+        ({"cron": "0 0 15W * *"}, "day-of-month"),  # cronsim has LW only (docs/recurring.md)
+        ({"cron": "0 0 L-3 * *"}, "day-of-month"),
         ({"cron": "61 * * * *"}, "minute"),
         ({"cron": "0 9 * * MÖN"}, "ASCII"),
         ({"cron": 5}, "str"),
