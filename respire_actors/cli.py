@@ -80,13 +80,19 @@ def load_app(path: str) -> App:
             f"cannot import module {module_name!r}: {exc} (run from the project's directory, "
             "or put it on PYTHONPATH)"
         ) from exc
+    except Exception as exc:
+        raise StartupError(
+            f"importing module {module_name!r} failed: {type(exc).__name__}: {exc} (the error "
+            "is in that module's top-level code)"
+        ) from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
             raise StartupError(f"module {module_name!r} has no attribute {attr!r}") from None
     needs = "an object with an async run(client) method, or a factory that takes no arguments"
-    if not hasattr(obj, "run") and callable(obj):
+    if isinstance(obj, type) or (not hasattr(obj, "run") and callable(obj)):
+        # a factory (a class is one too: its run is not bound to an instance yet)
         try:
             inspect.signature(obj).bind()
         except TypeError:
@@ -193,7 +199,13 @@ async def _run_app(
     *,
     task_status: anyio.abc.TaskStatus[None],
 ) -> None:
-    await app.run(client, task_status=task_status)
+    running = app.run(client, task_status=task_status)
+    if not inspect.isawaitable(running):
+        raise StartupError(
+            f"{type(app).__name__}.run is not async: serve needs "
+            "'async def run(self, client, *, task_status=anyio.TASK_STATUS_IGNORED)'"
+        )
+    await running
     done.cancel()  # the app returned: end the throughput reporter with it
 
 

@@ -190,6 +190,22 @@ def test_an_object_that_is_not_an_app() -> None:
     assert_one_line_startup_error(result, "'json:dumps' is not an app", "async run(client)")
 
 
+def test_a_module_failing_at_import_is_named() -> None:
+    result = run_cli(
+        "serve", "tests.apps.broken_import:app", "--redis-url", "redis://127.0.0.1:6379"
+    )
+    assert_one_line_startup_error(
+        result, "importing module 'tests.apps.broken_import' failed", "RuntimeError: boom"
+    )
+
+
+def test_an_app_whose_run_is_not_async() -> None:
+    result = run_cli(
+        "serve", "tests.apps.broken_apps:sync_run", "--redis-url", "redis://127.0.0.1:6379"
+    )
+    assert_one_line_startup_error(result, "SyncRun.run is not async", "async def run")
+
+
 def test_a_factory_that_fails() -> None:
     result = run_cli("serve", "fractions:Fraction", "--redis-url", "redis://127.0.0.1:6379")
     assert_one_line_startup_error(result, "is not an app")

@@ -1,0 +1,18 @@
+"""Apps that cannot be served, for the CLI's start-up errors (tests/respire_actors/test_cli.py).
+
+Importing this module is fine; ``tests.apps.broken_import`` raises at import.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SyncRun:
+    """An app whose run is not async."""
+
+    def run(self, client: Any, **kwargs: Any) -> None:
+        return None
+
+
+sync_run = SyncRun()
