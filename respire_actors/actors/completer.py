@@ -204,5 +204,13 @@ async def run_completer(
             _drain(rt, batch)
             if not batch:
                 continue
-        faults.point("completer.before-commit", batch)
-        await commit(rt, batch)
+        try:
+            faults.point("completer.before-commit", batch)
+            await commit(rt, batch)
+        finally:
+            # committed, stale or refused: the handlers' leases handed over with the outcomes
+            # end here (also when the commit failed and this actor is restarted: the entries
+            # are then recovered, so they must not stay renewed)
+            for c in batch:
+                if c.lease is not None:
+                    rt.leases.discard(c.lease)

@@ -7,7 +7,7 @@ Shared by every consumer (job workers, stream workers), so it lives with the act
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from ..errors import ResultTooLarge, ValidationError
@@ -219,3 +219,6 @@ class Completion:
     result: bytes = b""
     # 'ack' from Job.complete: the flow node's retained result (None: no result; b"" is one)
     flow_result: bytes | None = None
+    # The handler's lease (runtime.Lease) when renewal is on: renewed until this completion is
+    # committed, then discarded by the completer.
+    lease: object | None = field(default=None, compare=False, repr=False)

@@ -155,6 +155,9 @@ def _learn_term(rt: QueueRuntime, lease: Lease, seconds: float) -> None:
 
 def _expire(rt: QueueRuntime, now: float, visibility: float) -> None:
     for lease in expired(list(rt.leases), now, visibility):
+        if lease.handed:  # its handler returned: the outcome's commit decides
+            lease.lost = True
+            continue
         rt.stats.leases_expired += 1
         log.warning(
             "%r of %s: no renewal confirmed for a visibility timeout (or its group lease); "

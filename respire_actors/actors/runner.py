@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+from dataclasses import replace
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -117,11 +119,35 @@ async def process(
             await _nack(rt, delivery, DeadLetterReason.PROCESSING_FAILED.value)
         return
     rt.stats.started += 1
-    outcome: object = None
-    failed = False
     budget_end = math.inf
     if budget:
         budget_end = anyio.current_time() + budget
+    lease_box: list[Lease] = []
+    try:
+        await _run_and_settle(rt, delivery, arg, label, deadline, budget, budget_end, lease_box)
+    finally:
+        # a lease not handed to a completion ends with the handler; one handed over is renewed
+        # until the completer has committed it (a commit delayed by an outage or a slot
+        # migration must not let the entry be recovered and run again meanwhile)
+        for held in lease_box:
+            if not held.handed:
+                rt.leases.discard(held)
+
+
+async def _run_and_settle(
+    rt: QueueRuntime,
+    delivery: Delivery,
+    arg: Any,
+    label: str,
+    deadline: float,
+    budget: float,
+    budget_end: float,
+    lease_box: list[Lease],
+) -> None:
+    """Run the handler under its lease, then send its outcome; a Lease registered for it is
+    put in ``lease_box`` (the caller discards it unless a completion took it over)."""
+    outcome: object = None
+    failed = False
     with anyio.CancelScope(deadline=min(deadline, budget_end)) as scope:
         arg.cancel_scope = scope
         lease: Lease | None = None
@@ -137,6 +163,7 @@ async def process(
                 )
                 rt.lease_added.set()
             rt.leases.add(lease)
+            lease_box.append(lease)
         try:
             outcome = await run_handler(rt, delivery, arg)
         except Exception:
@@ -157,9 +184,6 @@ async def process(
                 label,
                 delivery.attempt,
             )
-        finally:
-            if lease is not None:
-                rt.leases.discard(lease)
     if arg.lease_lost:
         log.warning("%r of %s lost its lease; left pending for recovery", label, rt.name)
         return
@@ -179,6 +203,7 @@ async def process(
                 delivery,
                 DeadLetterReason.PROCESSING_FAILED.value,
                 detail=f"timeout: the handler ran out of its {budget:g}s budget",
+                lease=lease,
             )
             return
         # the fixed lease ran out (no renewal), or the handler cancelled its own scope
@@ -219,18 +244,18 @@ async def process(
                 exc,
             )
     if failed:
-        await _nack(rt, delivery, DeadLetterReason.PROCESSING_FAILED.value)
+        await _nack(rt, delivery, DeadLetterReason.PROCESSING_FAILED.value, lease=lease)
     elif isinstance(outcome, DeadLetter):
-        await rt.completions.send(_dead(rt, delivery, outcome.reason, outcome.detail))
+        await _hand(rt, lease, _dead(rt, delivery, outcome.reason, outcome.detail))
     elif isinstance(outcome, Nack):
-        await _nack(rt, delivery, DeadLetterReason.NACK.value)
+        await _nack(rt, delivery, DeadLetterReason.NACK.value, lease=lease)
     elif isinstance(outcome, RetryAfter):
-        await _nack(rt, delivery, DeadLetterReason.NACK.value, outcome.delay_ms)
+        await _nack(rt, delivery, DeadLetterReason.NACK.value, outcome.delay_ms, lease=lease)
     elif isinstance(outcome, Complete):
-        await rt.completions.send(_ack(rt, delivery, outcome.result, flow_result=outcome.result))
+        await _hand(rt, lease, _ack(rt, delivery, outcome.result, flow_result=outcome.result))
     else:
         # None, ACK, or a plain return value: success
-        await rt.completions.send(_ack(rt, delivery, None if isinstance(outcome, Ack) else outcome))
+        await _hand(rt, lease, _ack(rt, delivery, None if isinstance(outcome, Ack) else outcome))
 
 
 def _outcome_class(value: object) -> bool:
@@ -325,20 +350,31 @@ async def _nack(
     retry_after_ms: int | None = None,
     *,
     detail: str = "",
+    lease: Lease | None = None,
 ) -> None:
     """Nack path: dead-letter at the delivery limit (with ``detail``), stage a durable retry
     when configured, otherwise leave the entry pending so visibility recovery delivers it
-    again."""
+    again. A dead letter or retry takes the handler's ``lease`` over (renewed until
+    committed); a plain nack lets it end (the entry is to be recovered)."""
     rt.stats.nacked += 1
     decision, delay = retry_decision(rt, delivery, retry_after_ms)
     if decision == "dead":
-        await rt.completions.send(_dead(rt, delivery, reason, detail))
+        await _hand(rt, lease, _dead(rt, delivery, reason, detail))
     elif decision == "retry":
-        await rt.completions.send(Completion(delivery, "retry", reason, delay))
+        await _hand(rt, lease, Completion(delivery, "retry", reason, delay))
     elif delivery.group is not None:
         # unsuccessful processing releases the grouped delivery's concurrency lease (fenced by
         # consumer and attempt); the entry itself stays pending for visibility recovery
         await rt.completions.send(Completion(delivery, "release", reason))
+
+
+async def _hand(rt: QueueRuntime, lease: Lease | None, completion: Completion) -> None:
+    """Send ``completion`` to the completer; the handler's lease, if still held, goes with it
+    and is renewed until the completer has committed (or refused) it."""
+    if lease is not None and not lease.lost:
+        lease.handed = True
+        completion = replace(completion, lease=lease)
+    await rt.completions.send(completion)
 
 
 async def _runner_loop(rt: QueueRuntime) -> None:

@@ -136,11 +136,18 @@ class Lease:
     # known (learned from renewals, per group), None before.
     grouped: bool = False
     term: float | None = None
+    # The handler ended and its outcome went to the completer with this lease: it is renewed
+    # until the completer has committed it, which then discards it.
+    handed: bool = False
 
 
 def lose_lease(rt: QueueRuntime, lease: Lease) -> None:
-    """Mark ``lease`` lost and cancel its handler's scope (it produces no outcome)."""
+    """Mark ``lease`` lost and cancel its handler's scope (it produces no outcome). A lease
+    whose handler already returned (handed to the completer with its outcome) is only no
+    longer renewed: the commit finds the outcome stale and counts it there."""
     lease.lost = True
+    if lease.handed:
+        return
     if not lease.arg.lease_lost:
         lease.arg.lease_lost = True
         rt.stats.leases_lost += 1
