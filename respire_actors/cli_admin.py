@@ -25,7 +25,7 @@ from .admin import QueueAdmin, QueueSummary, TrimPlan, list_queues
 from .errors import ValidationError
 from .jobs.options import RateLimit
 from .redis.client import RedisClient
-from .retention import TRIM_STREAMS
+from .retention import TRIM_STREAMS, entry_id_key
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
@@ -335,12 +335,21 @@ async def _pending(client: RedisClient, args: argparse.Namespace) -> int:
 
 
 def _plan_rows(plan: TrimPlan) -> list[tuple[object, ...]]:
-    why = "policy"
-    if plan.boundary and plan.cutoff == plan.boundary:
-        why = "group boundary"
-    elif plan.limited:
-        why = "--limit"
-    return [(plan.stream, plan.length, plan.count, plan.cutoff, why)]
+    return [(plan.stream, plan.length, plan.count, plan.cutoff, _stop_reason(plan))]
+
+
+def _stop_reason(plan: TrimPlan) -> str:
+    """Why the plan stops where it does: the per-call limit, a group boundary (the boundary
+    entry is itself out of policy, so the policy alone would have gone further), or the policy."""
+    if plan.limited:
+        return "--limit"
+    if plan.boundary and (plan.cutoff is None or plan.cutoff == plan.boundary):
+        boundary = entry_id_key(plan.boundary)
+        by_age = plan.age_cutoff is not None and boundary < entry_id_key(plan.age_cutoff)
+        by_length = plan.max_length is not None and plan.length - plan.count > plan.max_length
+        if by_age or by_length:
+            return "group boundary"
+    return "policy"
 
 
 async def _trim(client: RedisClient, args: argparse.Namespace) -> int:

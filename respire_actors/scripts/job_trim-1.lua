@@ -15,7 +15,8 @@
 -- minus the age) or not among the newest max-length entries. The cutoff is the id of the oldest
 -- entry that stays: the first one, scanning from the oldest, that is in policy, or is at or
 -- after a group boundary (each group's lowest pending id and first existing undelivered entry,
--- lib/retention.lua), or is past the limit. XTRIM MINID with that exact cutoff removes only the
+-- lib/retention.lua; a ready stream with no consumer group at all has its first entry as the
+-- boundary: nothing goes), or is past the limit. XTRIM MINID with that exact cutoff removes only the
 -- entries scanned before it. 'trim' recomputes the plan first and refuses (returns 'changed')
 -- when the set of groups differs from the plan's or when the recomputed cutoff comes before the
 -- plan's (a group was created or moved back, or entries were deleted meanwhile); otherwise it
@@ -69,6 +70,12 @@ if err then return err end
 local length = redis.call('XLEN', stream)
 local groups, boundary, protected = {}, nil, {}
 if length > 0 then groups, boundary, protected = respire_trim_inventory(stream) end
+if length > 0 and #groups == 0 and string.sub(stream, -6) == ':ready' then
+  -- a ready stream no worker has read yet (or whose group vanished): every entry is a job still
+  -- to be processed, and the first worker's group starts at the beginning. Nothing may go.
+  boundary = redis.call('XRANGE', stream, '-', '+', 'COUNT', 1)[1][1]
+  protected = {boundary}
+end
 local age_cut = nil
 if max_age then age_cut = string.format('%d-0', math.max(respire_now_ms() - max_age, 0)) end
 local beyond = 0

@@ -229,6 +229,12 @@ async def test_trim_dry_run_then_trim(
     dry = await cli(server_url, anyio_backend, "trim", busy.name, "--max-length", "0", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert "dry run" in dry.stdout and "group respire: 2 pending" in dry.stdout
+    # the ready stream stops at once, at its group boundary (not "policy": max-length 0 would
+    # take everything)
+    ready_row = next(
+        line for line in dry.stdout.splitlines() if line.strip("│ ").startswith("ready")
+    )
+    assert "group boundary" in ready_row, dry.stdout
     assert await client.execute("XLEN", busy.keys.ready) == 4
     assert await client.execute("XLEN", busy.keys.dead) == 4
     data = await cli_json(server_url, anyio_backend, "trim", busy.name, "--max-length", "0")

@@ -236,3 +236,26 @@ async def test_trim_never_removes_pending_or_undelivered(
         too_many = max_length is not None and index < len(before) - max_length
         too_old = max_age is not None and index < (age_split or 0)
         assert too_many or too_old
+
+
+async def test_a_ready_stream_no_worker_has_read_keeps_every_job(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Jobs enqueued before any worker ran: the ready stream has no consumer group yet, and the
+    first worker's group starts at its beginning. A trim, however aggressive, removes none of
+    them (it used to remove every one: with no group there was no boundary). The events stream
+    of the same queue, with no group by design, is trimmed by policy as before."""
+    from respire_actors.codecs import StrCodec
+
+    queue = JobQueue(client, unique_name, StrCodec())
+    for i in range(5):
+        await queue.enqueue(f"job-{i}", "x")
+    await client.execute("XADD", queue.keys.events, "*", "kind", "note")
+    await anyio.sleep(0.01)
+    admin = QueueAdmin(client, unique_name)
+    plan = await admin.trim_plan("ready", max_age=0.001)
+    assert plan.count == 0 and plan.groups == ()
+    assert (await admin.trim(plan)).removed == 0
+    assert await client.execute("XLEN", queue.keys.ready) == 5
+    events = await admin.trim_plan("events", max_age=0.001)
+    assert events.count == 1
