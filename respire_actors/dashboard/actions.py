@@ -4,6 +4,7 @@ read-only mode, CSRF and origin) and logs what it changed on ``respire_actors.da
 from __future__ import annotations
 
 import hmac
+import re
 
 from starlette.datastructures import FormData
 from starlette.requests import Request
@@ -19,6 +20,7 @@ from .pages import known_summary
 from .web import (
     cookie_path,
     dashboard_of,
+    error_page,
     identify,
     link,
     log,
@@ -132,7 +134,7 @@ async def login(request: Request) -> Response:
     next_value = form.get("next")
     target = next_value if isinstance(next_value, str) else ""
     base = link(request, "/")
-    if not target.startswith(base.rstrip("/") + "/") or target.startswith("//"):
+    if not _own_path(target, base):
         target = base  # only paths of this dashboard: never an open redirect
     host = request.client.host if request.client else "?"
     if not security.csrf_valid(
@@ -157,7 +159,37 @@ async def login(request: Request) -> Response:
     return response
 
 
+# A path of this dashboard, in plain URL characters: no backslash, whitespace or control
+# character a browser might read as the start of another host ("/\\evil", "/\t/evil").
+_PATH = re.compile(r"/[A-Za-z0-9._~%!$&'()*+,;=:@/?-]*")
+
+
+def _own_path(target: str, base: str) -> bool:
+    """Whether ``target`` is safe to redirect to after a login: a path under ``base``."""
+    return (
+        _PATH.fullmatch(target) is not None
+        and target.startswith(base.rstrip("/") + "/")
+        and not target.startswith("//")
+    )
+
+
 async def logout(request: Request) -> Response:
+    """End the session. A POST with the page's CSRF token (another site cannot log a user
+    out); without it, 403 and the session stays."""
+    dashboard = dashboard_of(request)
+    form = await request.form()
+    submitted = form.get(security.CSRF_FIELD)
+    if not security.csrf_valid(
+        dashboard.config.secret,
+        nonce=request.cookies.get(security.CSRF_COOKIE),
+        submitted=submitted if isinstance(submitted, str) else None,
+        origin=request.headers.get("origin"),
+        own_origin=own_origin(request),
+    ):
+        return error_page(
+            request, 403, "Forbidden", "the form's CSRF token is missing or wrong: reload the "
+            "page and try again",
+        )  # fmt: skip
     who = identify(request)
     response = redirect(request, "/login")
     response.delete_cookie(security.SESSION_COOKIE, path=cookie_path(request))

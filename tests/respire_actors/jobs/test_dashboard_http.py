@@ -143,8 +143,17 @@ async def test_token_auth(client: RedisClient, unique_name: str) -> None:
         )
         assert good.status_code == 303 and good.headers["location"] == "/"
         assert TOKEN not in good.headers["set-cookie"]
+        # targets a browser reads as another host never pass: a backslash, a tab
+        for target in ("/\\evil.example/x", "/\t/evil.example", "/\\/evil.example"):
+            sent = {"csrf": csrf_of(form.text), "token": TOKEN, "next": target}
+            again = await h.post("/login", data=sent)
+            assert again.status_code == 303 and again.headers["location"] == "/", target
+        page = await h.get("/")
+        assert page.status_code == 200
+        # logging out needs the page's CSRF token: another site cannot log a user out
+        assert (await h.post("/logout")).status_code == 403
         assert (await h.get("/")).status_code == 200
-        assert (await h.post("/logout")).status_code == 303
+        assert (await h.post("/logout", data={"csrf": csrf_of(page.text)})).status_code == 303
         assert (await h.get("/")).status_code == 401
 
 
