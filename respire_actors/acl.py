@@ -134,7 +134,7 @@ ROLE_COMMANDS: Mapping[Role, tuple[str, ...]] = {
     # read_dead_letters, get_state; the operator API (respire_actors.admin) and the operator
     # commands of the CLI: queue registry, summaries, pending / scheduled / dead-letter pages,
     # job detail, dead-letter retry and removal, safe trims; flows and batches: flow_results,
-    # remove_flow, batch_status, cancel_batch, remove_batch
+    # remove_flow, batch_status, cancel_batch, remove_batch; events --follow (XREAD)
     "operator": (
         *_SCRIPTS,
         "type",
@@ -168,6 +168,7 @@ ROLE_COMMANDS: Mapping[Role, tuple[str, ...]] = {
         "smembers",
         "sadd",
         "srem",
+        "xread",
     ),
 }
 

@@ -95,6 +95,10 @@ async def test_an_operator_user_runs_the_admin_api(
         assert (await admin.trim(plan)).removed == 1
         await admin.pause()
         await admin.resume()
+        # events --follow: a blocking XREAD on a connection of its own
+        async with JobQueue(op, unique_name, StrCodec()).read_events() as reader:
+            with anyio.fail_after(5):
+                assert (await reader.__anext__()).kind == "paused"
         assert await unregister_queue(op, unique_name)
         assert await acl_denials(client, user) == []
 
