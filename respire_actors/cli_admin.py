@@ -11,6 +11,7 @@ import argparse
 import base64
 import dataclasses
 import json
+import math
 import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -220,6 +221,8 @@ async def _retry(client: RedisClient, args: argparse.Namespace) -> int:
         raise ValidationError("give dead-letter ids or --all (not both)")
     if args.reason and not args.all:
         raise ValidationError("--reason goes with --all")
+    if args.entries:
+        QueueAdmin._dead_ids(args.entries)  # every id checked before any is retried
     total = len(args.entries) if args.entries else (await admin.summary()).dead_letters
     retried = scanned = 0
     progress = Progress(
@@ -260,6 +263,8 @@ async def _rate_command(client: RedisClient, args: argparse.Namespace) -> int:
         raise ValidationError("give --limit and --window, or --clear (not both)")
     if (args.limit is None) != (args.window is None):
         raise ValidationError("--limit and --window go together")
+    if args.window is not None and not (math.isfinite(args.window) and args.window <= 2**31):
+        raise ValidationError(f"--window must be a finite number of seconds, got {args.window}")
     if args.clear or args.limit is not None:
         await _known(client, admin)
         policy = None if args.clear else RateLimit(args.limit, timedelta(seconds=args.window))

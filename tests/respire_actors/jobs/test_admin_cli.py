@@ -140,6 +140,16 @@ async def test_retry_ids_and_all(
     usage = await cli(server_url, anyio_backend, "retry", busy.name)
     assert usage.returncode == 2
     assert usage.stderr.startswith("error: give dead-letter ids or --all")
+    # every id is checked before any letter is retried (they went in chunks of 500, checked
+    # chunk by chunk: 500 letters were retried before a bad 501st id was refused), and the
+    # refusal is one line with no progress bar before it
+    letters = [row.dead_id for row in (await admin.dead_letters(count=10)).rows]
+    ready = await client.execute("XLEN", busy.keys.ready)
+    bad = await cli(server_url, anyio_backend, "retry", busy.name, *letters * 250, "nope")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: "), bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert await client.execute("XLEN", busy.keys.ready) == ready
+    assert (await admin.summary()).dead_letters == 2
 
 
 async def test_pause_resume_and_rate(
@@ -162,6 +172,12 @@ async def test_pause_resume_and_rate(
     assert (await busy.get_state()).rate_limit is None
     bad = await cli(server_url, anyio_backend, "rate", busy.name, "--limit", "5")
     assert bad.returncode == 2 and "go together" in bad.stderr
+    for window in ("nan", "inf", "1e300"):  # were a ValueError / OverflowError and exit 1
+        bad = await cli(
+            server_url, anyio_backend, "rate", busy.name, "--limit", "5", "--window", window
+        )
+        assert bad.returncode == 2 and "--window" in bad.stderr, bad.stderr
+    assert (await busy.get_state()).rate_limit is None
 
 
 async def test_events_logs_pending(
