@@ -28,11 +28,15 @@ from .runtime import QueueRuntime, log
 from .telemetry import observe_commits
 
 MAX_BATCH = 256
+CANCELLED_INSTEAD = 3
+"""Commit status: an 'ack' or 'dead' of a batch member committed as 'cancelled' (its batch's
+cancellation was requested while it ran)."""
 
 
 async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
     """Commit one batch (retrying transient failures); returns per completion 1 committed,
-    0 stale (or refused, see below), 2 (a retry) acknowledged as expired instead of staged.
+    0 stale (or refused, see below), 2 (a retry) acknowledged as expired instead of staged, 3
+    (an ack or dead letter of a batch member) committed as cancelled.
     A source may report -1 for a completion the server refused on its own (the others
     committed): it counts as refused. A ``release`` (a grouped delivery that failed and stays
     pending gives back its group lease) reports 1 released or 0 not held.
@@ -91,6 +95,8 @@ async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
         if not status:
             if c.kind != "release":  # a lease no longer held is not a stale outcome
                 rt.stats.stale_completions += 1
+        elif status == CANCELLED_INSTEAD:
+            rt.stats.cancelled += 1
         elif c.kind == "ack":
             rt.stats.acked += 1
         elif c.kind == "dead":

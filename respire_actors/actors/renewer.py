@@ -173,25 +173,30 @@ async def run_renewer(
 ) -> None:
     """The lease renewer of one registration: a pass every third of the visibility timeout, or
     of the shortest group lease among running grouped jobs (sooner when a lease could
-    otherwise expire), until stopped. Started before the runners and
-    stopped after them, so handlers finishing within the shutdown grace keep their leases."""
+    otherwise expire), until stopped. Started before the completer and the runners and stopped
+    after them, so handlers finishing within the shutdown grace, and outcomes still being
+    committed, keep their leases."""
     ctx = current_child()
     visibility = rt.visibility_ms / 1000
     task_status.started()
+    # the next pass is due an interval after the previous one, whatever happened in between: a
+    # replan (a grouped lease added) may bring it forward, never push it back
+    last_pass = anyio.current_time()
     while not ctx.stop_requested:
         # a fresh event before looking at the leases: a grouped lease added from here on wakes
         # this planning up again (its group lease may need renewing before ``wake``)
         added = rt.lease_added = anyio.Event()
         leases = list(rt.leases)
         interval = pass_interval(leases, visibility)
-        wake = next_wake(leases, anyio.current_time(), visibility, interval)
+        wake = next_wake(leases, last_pass, visibility, interval)
         with ctx.stop_scope(), anyio.move_on_after(max(wake - anyio.current_time(), 0.0)):
             await added.wait()
         if ctx.stop_requested:
             break
         now = anyio.current_time()
         if now < wake:
-            continue  # a grouped lease was added: plan again
+            continue  # a grouped lease was added: plan again from the same last pass
+        last_pass = now
         if rt.leases:
             # woken much later than planned: the event loop was blocked, not Redis
             late = now - wake > interval

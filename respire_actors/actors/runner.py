@@ -371,10 +371,13 @@ async def _nack(
 async def _hand(rt: QueueRuntime, lease: Lease | None, completion: Completion) -> None:
     """Send ``completion`` to the completer; the handler's lease, if still held, goes with it
     and is renewed until the completer has committed (or refused) it."""
-    if lease is not None and not lease.lost:
-        lease.handed = True
-        completion = replace(completion, lease=lease)
-    await rt.completions.send(completion)
+    if lease is None or lease.lost:
+        await rt.completions.send(completion)
+        return
+    await rt.completions.send(replace(completion, lease=lease))
+    # only once the completer has it: a send cancelled on the way (a full mailbox at shutdown)
+    # leaves the lease to the runner, which discards it
+    lease.handed = True
 
 
 async def _runner_loop(rt: QueueRuntime) -> None:

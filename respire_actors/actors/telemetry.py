@@ -170,14 +170,17 @@ def log_recovery_pass(rt: QueueRuntime, claimed: int, pages: int) -> None:
 def observe_commits(rt: QueueRuntime, batch: Sequence[Completion], statuses: Sequence[int]) -> None:
     """Log the committed transitions of one completion batch and count dead letters by
     reason; ``statuses`` as :func:`~respire_actors.actors.completer.commit` returns them
-    (1 committed, 2 a retry acknowledged as expired, 0 stale or refused)."""
+    (1 committed, 2 a retry acknowledged as expired, 3 committed as cancelled, 0 stale or
+    refused)."""
     debug = log.isEnabledFor(logging.DEBUG)
     for c, status in zip(batch, statuses, strict=True):
         if status <= 0 or c.kind == "release":
             continue
         d = c.delivery
         label = d.job_id or d.entry_id
-        if c.kind == "ack":
+        if status == 3 or c.kind == "cancelled":  # 3: committed as cancelled (its batch)
+            log.info("%s: %r cancelled", rt.name, label, extra=fields(rt, d, "cancelled"))
+        elif c.kind == "ack":
             if debug:
                 log.debug(
                     "%s: %r acknowledged", rt.name, label, extra=fields(rt, d, "acknowledged")
@@ -191,8 +194,6 @@ def observe_commits(rt: QueueRuntime, batch: Sequence[Completion], statuses: Seq
                 c.reason,
                 extra={**fields(rt, d, "dead-lettered"), "reason": c.reason},
             )
-        elif c.kind == "cancelled":
-            log.info("%s: %r cancelled", rt.name, label, extra=fields(rt, d, "cancelled"))
         elif c.kind == "expired" or (c.kind == "retry" and status == 2):
             log.info("%s: %r expired", rt.name, label, extra=fields(rt, d, "expired"))
         elif c.kind == "retry":

@@ -71,15 +71,16 @@ def consumer_supervisor(
     before_reader: Sequence[ChildSpec] = (),
     limits: RestartLimits | None = None,
 ) -> Supervisor:
-    """``membership, sampler, completer, [renewer], runners, [sweeper], *before_reader,
+    """``membership, sampler, [renewer], completer, runners, [sweeper], *before_reader,
     reader`` under one_for_one.
 
     ``membership`` runs the start-up checks and, at a graceful stop, removes this consumer from
     the group when nothing is pending for it (see :func:`run_membership`). The ``renewer``
     (with ``renew_leases``, the default) keeps running handlers' leases alive and cancels the
-    lost ones; it starts before the runners and stops after them, so handlers finishing in the
-    shutdown grace keep their leases. Started in that order and stopped in reverse: intake stops
-    first, runners get the shutdown grace, the completer drains last. Without ``recovery`` no
+    lost ones; it starts before the completer and the runners and stops after them, so handlers
+    finishing in the shutdown grace, and outcomes the completer still drains, keep their
+    leases. Started in that order and stopped in reverse: intake stops first, runners get the
+    shutdown grace, the completer drains, the renewer stops after it. Without ``recovery`` no
     sweeper runs (no startup replay, no visibility recovery), and the reader does not wait for a
     replay. ``limits`` (default ``RestartLimits()``) bound the actors' restarts; the returned
     supervisor waits out transient outages (see :class:`RegistrationSupervisor`).
@@ -89,10 +90,12 @@ def consumer_supervisor(
     children = [
         ChildSpec("membership", run_membership, rt, shutdown=io),
         ChildSpec("sampler", run_sampler, rt, shutdown=io),
-        ChildSpec("completer", run_completer, rt, shutdown=grace + 2 * io),
     ]
     if rt.options.renew_leases:
+        # before the completer, so stopped after it: a lease handed over with an outcome is
+        # renewed while the completer drains at shutdown
         children.append(ChildSpec("renewer", run_renewer, rt, shutdown=io))
+    children.append(ChildSpec("completer", run_completer, rt, shutdown=grace + 2 * io))
     children.append(ChildSpec("runners", run_runner_pool, rt, shutdown=grace))
     if recovery:
         children.append(ChildSpec("sweeper", run_sweeper, rt, shutdown=io))

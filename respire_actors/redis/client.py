@@ -414,7 +414,9 @@ def _denied_command(message: str) -> str:
     then read off that line of the script (:mod:`.script_lines`)."""
     match = _DENIED_COMMAND.search(message)
     if match is None:
-        return refused_in_script(message)
+        if "can't run this command or subcommand" in message:
+            return refused_in_script(message)
+        return ""  # a refused key or channel names no command
     return (match.group(1) or match.group(2)).lower()
 
 

@@ -29,8 +29,9 @@
 -- cancellation was requested is committed as 'cancelled'. Every committed outcome of a grouped
 -- job (_respire.job.group in its body) also releases its group lease when this consumer holds
 -- it for this attempt (see lib/group_lease.lua), in the same execution.
--- Returns one status per outcome: 1 committed, 0 stale (fence failed: another delivery owns
--- the entry, or it was already completed; nothing written). Repeating a call is harmless.
+-- Returns one status per outcome: 1 committed, 3 committed as 'cancelled' instead (a batch
+-- member whose batch's cancellation was requested), 0 stale (fence failed: another delivery
+-- owns the entry, or it was already completed; nothing written). Repeating a call is harmless.
 -- Errors: RESPIRE_WRONGTYPE / RESPIRE_NOPERM before any write. A coordination error (unknown
 -- schema version, a limit, a key of the wrong type: RESPIRE_SCHEMA, RESPIRE_LIMIT...) is returned
 -- before that outcome's first write. Should an acknowledgement still fail, that outcome's new
@@ -95,7 +96,8 @@ for i = 0, n - 1 do
     if perr then return perr end
     -- a batch member finishing after its batch's cancellation was requested counts as
     -- cancelled whatever it returned: its event says so, no dead letter, no metrics
-    if plan and plan.as_cancelled then kind = 'cancelled' end
+    local as_cancelled = plan and plan.as_cancelled and kind ~= 'cancelled'
+    if as_cancelled then kind = 'cancelled' end
     local appended_events, appended_dead = nil, nil
     if kind == 'ack' then
       appended_events = redis.call('XADD', events, '*', unpack(respire_coord_tag(c,
@@ -126,7 +128,7 @@ for i = 0, n - 1 do
     if g then respire_group_release(leases, owners, parked, g, entry, consumer, attempt) end
     if kind == 'ack' then completed = completed + 1 end
     if kind == 'dead' then failed = failed + 1 end
-    statuses[#statuses + 1] = 1
+    statuses[#statuses + 1] = as_cancelled and 3 or 1
   end
 end
 respire_metrics_record(ready, retention, completed, failed)

@@ -146,4 +146,5 @@ elseif kind == 'ack' then
 else
   respire_metrics_record(ready, retention, 0, 1)
 end
+if cancelled then return 3 end
 return 1

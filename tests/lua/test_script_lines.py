@@ -43,3 +43,19 @@ def test_a_line_calling_two_commands_names_neither() -> None:
     assert command_at("f" * 40, 1) == ""
     register("e" * 40, "return redis.call('GET', KEYS[1]) .. redis.call('GET', KEYS[2])")
     assert command_at("e" * 40, 1) == "get"
+
+
+def test_a_key_refused_inside_a_script_names_no_command() -> None:
+    """Redis 7.0's text for a key outside the user's patterns, refused inside a script, also
+    points at a line; the line's command was not refused, so none is named."""
+    from respire_actors.errors import PermissionDenied
+    from respire_actors.redis.client import _map_reply
+
+    script = scripts.load("job_complete")
+    line = _line_of(script.source, "redis.call('XPENDING'")
+    error = _map_reply(
+        "ERR The user executing the script can't access at least one of the keys mentioned in "
+        f"the command script: {script.sha}, on @user_script:{line}."
+    )
+    assert isinstance(error, PermissionDenied) and error.command == ""
+    assert "grant" not in str(error)

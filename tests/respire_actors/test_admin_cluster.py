@@ -27,8 +27,14 @@ async def test_admin_on_a_cluster(cluster_client: RedisClient, unique_name: str)
         assert (summary.ready, summary.dead_letters) == (1, 1)
         page = await admin.dead_letters()
         assert await admin.retry_dead_letters([page.rows[0].dead_id]) == 1
+        # no consumer group yet: every ready entry is still to be processed, nothing goes
         plan = await admin.trim_plan("ready", max_length=0)
-        assert plan.count == 2 and not plan.groups
+        assert plan.count == 0 and not plan.groups
+        assert (await admin.trim(plan)).removed == 0
+        # a group past both entries (as if processed): both go
+        await cluster_client.execute("XGROUP", "CREATE", plan.key, "respire", "$")
+        plan = await admin.trim_plan("ready", max_length=0)
+        assert plan.count == 2 and len(plan.groups) == 1
         assert (await admin.trim(plan)).removed == 2
     finally:
         await unregister_queue(cluster_client, unique_name)

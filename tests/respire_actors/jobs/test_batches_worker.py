@@ -343,7 +343,8 @@ async def test_earlier_outcomes_keep_their_counts_after_cancellation(
     assert await source.complete("c1", [Completion(d, "ack"), Completion(f, "dead")]) == [1, 1]
     assert await queue.cancel_batch(batch) is True
     assert await published_callbacks(queue) == []  # "open" is still pending
-    assert await source.complete("c1", [Completion(o, "ack")]) == [1]
+    # committed as cancelled (status 3): the request came before it finished
+    assert await source.complete("c1", [Completion(o, "ack")]) == [3]
     status = await status_of(queue, batch)
     assert (status.succeeded, status.failed, status.cancelled, status.completed) == (1, 1, 1, True)
     assert await published_callbacks(queue) == ["cb-fail", "cb-done"]
@@ -535,7 +536,7 @@ async def test_a_member_running_when_its_batch_is_cancelled_is_cancelled_everywh
         handler,
         options=fast_options(keep_results=keep),
         queue_options=QueueOptions(metrics_retention_minutes=5),
-    ):
+    ) as worker:
         with anyio.fail_after(10):
             await started.wait()
         assert await queue.cancel_batch(batch)
@@ -545,6 +546,9 @@ async def test_a_member_running_when_its_batch_is_cancelled_is_cancelled_everywh
             return (await queue.batch_status(batch)).completed
 
         await wait_until_async(done, timeout=10)
+        stats = worker.statistics(queue.name)
+    # the worker's own counters agree (it counted it acknowledged or dead-lettered)
+    assert (stats.cancelled, stats.acked, stats.dead_lettered) == (1, 0, 0)
     status = await queue.batch_status(batch)
     assert (status.cancelled, status.succeeded, status.failed) == (1, 0, 0)
     kinds = [e.kind for e in await all_events(client, queue.keys) if e.job_id == "m"]

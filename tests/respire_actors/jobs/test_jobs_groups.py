@@ -206,3 +206,44 @@ async def test_a_group_lease_shorter_than_the_renewal_pace_is_kept_while_its_han
     assert stats.leases_lost == 0
     # about ten renewals per second of handler time (a third of 300 ms), not one per second
     assert stats.renewal_passes >= 12
+
+
+async def test_grouped_jobs_starting_often_do_not_hold_back_the_renewal_pass(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """Each grouped job that starts wakes the renewer to plan again; the regular pass stays due
+    an interval after the previous one (replanning from "now" pushed it back for as long as
+    grouped jobs kept starting, until every lease expired: a healthy long handler was
+    cancelled at its visibility timeout and run again)."""
+    done: list[str] = []
+    cancelled: list[str] = []
+
+    async def handler(job: Any) -> None:
+        if job.id == "warm":
+            await anyio.sleep(0.5)  # renewed once: the group's lease duration is learned
+        if job.id == "long":
+            try:
+                await anyio.sleep(2.5)
+            except BaseException:
+                cancelled.append(job.id)
+                raise
+        done.append(job.id)
+
+    worker = await run(client, queue, handler, visibility_timeout=timedelta(seconds=1.5))
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        await queue.enqueue_scheduled("warm", "x", JobEnqueueOptions(group="g"))
+        await anyio.sleep(1.0)
+        await queue.enqueue("long", "x")
+        for i in range(15):  # a grouped job starting every 0.2 s while "long" runs
+            await queue.enqueue_scheduled(f"s{i}", "x", JobEnqueueOptions(group="g"))
+            await anyio.sleep(0.2)
+
+        async def long_done() -> bool:
+            return "long" in done
+
+        await wait_until_async(long_done, timeout=15)
+        stats = worker.statistics(queue.name)
+        await worker.stop()
+    assert cancelled == [] and done.count("long") == 1
+    assert stats.leases_expired == 0 and stats.leases_lost == 0

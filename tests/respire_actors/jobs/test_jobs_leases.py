@@ -119,7 +119,8 @@ async def test_the_renewer_is_a_child_of_each_registration(
 
     async with running_worker(client, queue.name, handler) as worker:
         names = child_names(worker)
-        assert names.index("completer") < names.index("renewer") < names.index("runners")
+        # started before the completer and the runners: stopped after both
+        assert names.index("renewer") < names.index("completer") < names.index("runners")
 
 
 async def test_the_budget_cancels_the_handler_and_the_nack_path_follows(
@@ -476,3 +477,37 @@ async def test_renewal_on_a_cluster(cluster_client: RedisClient, unique_name: st
         stats = worker.statistics(queue.name)
         await wait_until(lambda: stats.acked == 1, timeout=20)
         assert stats.leases_lost == stats.recovered == 0 and stats.leases_renewed >= 3
+
+
+async def test_an_outcome_whose_send_is_cancelled_leaves_no_lease_behind(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """The completer's mailbox is full (it is busy with an earlier batch during an outage) and
+    the runner is cancelled while sending its outcome (the end of its shutdown grace): the
+    lease must not stay in the running set, where it would be renewed forever and its entry
+    never recovered while the process lives."""
+    import math
+
+    from jobs_helpers import create_group, deliver, new_runtime
+
+    from respire_actors.actors.messages import Completion
+    from respire_actors.actors.runner import process
+    from supervisors import Mailbox
+
+    async def handler(job: Job[str]) -> Outcome:
+        return ACK
+
+    await queue.enqueue("j1", "x")
+    await create_group(client, queue.keys)
+    rt = new_runtime(client, queue.name, handler=handler)
+    rt.completions.close()
+    rt.completions = Mailbox[Completion](1, name="completions")
+    try:
+        (delivery,) = await deliver(client, queue.keys, "tester")
+        rt.completions.send_nowait(Completion(delivery, "ack"))  # full
+        with anyio.move_on_after(0.3):
+            await process(rt, delivery, math.inf)
+        assert rt.leases == set()
+    finally:
+        rt.completions.close()
+        rt.deliveries.close()
