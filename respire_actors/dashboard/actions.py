@@ -21,12 +21,12 @@ from .web import (
     cookie_path,
     dashboard_of,
     error_page,
+    form_csrf_valid,
     identify,
     link,
     log,
     log_mutation,
     mutation,
-    own_origin,
     queue_param,
     redirect,
     render,
@@ -129,7 +129,6 @@ async def login(request: Request) -> Response:
     if request.method == "GET":
         return render(request, "login.html", {"next": target, "failed": False})
     form = await request.form()
-    submitted = form.get(security.CSRF_FIELD)
     token = form.get("token")
     next_value = form.get("next")
     target = next_value if isinstance(next_value, str) else ""
@@ -137,13 +136,7 @@ async def login(request: Request) -> Response:
     if not _own_path(target, base):
         target = base  # only paths of this dashboard: never an open redirect
     host = request.client.host if request.client else "?"
-    if not security.csrf_valid(
-        dashboard.config.secret,
-        nonce=request.cookies.get(security.CSRF_COOKIE),
-        submitted=submitted if isinstance(submitted, str) else None,
-        origin=request.headers.get("origin"),
-        own_origin=own_origin(request),
-    ):
+    if not form_csrf_valid(request, form):
         log.warning("dashboard: refused a login from %s: CSRF check failed", host)
         return render(request, "login.html", {"next": target, "failed": True}, status=403)
     expected = security.session_value(dashboard.config.secret, auth.token)
@@ -176,16 +169,7 @@ def _own_path(target: str, base: str) -> bool:
 async def logout(request: Request) -> Response:
     """End the session. A POST with the page's CSRF token (another site cannot log a user
     out); without it, 403 and the session stays."""
-    dashboard = dashboard_of(request)
-    form = await request.form()
-    submitted = form.get(security.CSRF_FIELD)
-    if not security.csrf_valid(
-        dashboard.config.secret,
-        nonce=request.cookies.get(security.CSRF_COOKIE),
-        submitted=submitted if isinstance(submitted, str) else None,
-        origin=request.headers.get("origin"),
-        own_origin=own_origin(request),
-    ):
+    if not form_csrf_valid(request, await request.form()):
         return error_page(
             request, 403, "Forbidden", "the form's CSRF token is missing or wrong: reload the "
             "page and try again",

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from urllib.parse import urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 
@@ -188,6 +189,19 @@ def page(endpoint: Endpoint) -> Endpoint:
     return guarded
 
 
+def form_csrf_valid(request: Request, form: FormData) -> bool:
+    """Whether a posted form carries this browser's CSRF token and comes from the dashboard's
+    own origin (every POST: actions, login, logout)."""
+    submitted = form.get(security.CSRF_FIELD)
+    return security.csrf_valid(
+        dashboard_of(request).config.secret,
+        nonce=request.cookies.get(security.CSRF_COOKIE),
+        submitted=submitted if isinstance(submitted, str) else None,
+        origin=request.headers.get("origin"),
+        own_origin=own_origin(request),
+    )
+
+
 def mutation(endpoint: Endpoint) -> Endpoint:
     """A mutating endpoint: authenticate, refuse in read-only mode, check the CSRF token and
     origin; the endpoint itself logs what it changed (see :func:`log_mutation`)."""
@@ -203,14 +217,7 @@ def mutation(endpoint: Endpoint) -> Endpoint:
             log.warning("dashboard: refused %s by %s: read-only", request.url.path, who.name)
             return error_page(request, 403, "Read-only", "this dashboard is read-only")
         form = await request.form()
-        submitted = form.get(security.CSRF_FIELD)
-        if not security.csrf_valid(
-            dashboard.config.secret,
-            nonce=request.cookies.get(security.CSRF_COOKIE),
-            submitted=submitted if isinstance(submitted, str) else None,
-            origin=request.headers.get("origin"),
-            own_origin=own_origin(request),
-        ):
+        if not form_csrf_valid(request, form):
             log.warning(
                 "dashboard: refused %s by %s from %s: CSRF check failed",
                 request.url.path,
