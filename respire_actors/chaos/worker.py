@@ -40,8 +40,9 @@ Every handler execution that reaches its effect appends ``{"kind": "effect", "jo
 returning: ``attempt`` is the entry's delivery attempt, ``total`` the job's total attempts
 (across durable retries; the failure counters above use it), ``running`` how many handlers of
 this process were executing at that moment (at most ``--consumers``), ``at`` the wall-clock
-time. Every start appends a ``start`` line when asked and a cancelled handler a ``cancelled``
-line (with ``at``). With ``--record-recovery`` each recovery pass that claimed deliveries
+time. Every start appends a ``start`` line when asked, a failed handler an ``error`` line (with
+the exception) and a cancelled handler a ``cancelled`` line (both with ``at``). With
+``--record-recovery`` each recovery pass that claimed deliveries
 appends ``{"kind": "recovery-pass", "claimed", "pages", "pid"}`` (from the ``recovery-pass``
 telemetry log). ``--ready-file`` is written once the worker has started every actor;
 ``--stats-file`` gets the worker's statistics (JSON) when it stops.
@@ -115,6 +116,10 @@ async def perform(spec: dict[str, Any], run: Run, effects: Ledger) -> Any:
         return await _behave(spec, run, effects, common)
     except anyio.get_cancelled_exc_class():
         effects.record(kind="cancelled", at=time.time(), **common)
+        raise
+    except Exception as exc:  # the handler failed: say how (a verdict shows it)
+        error = f"{type(exc).__name__}: {exc}"[:300]
+        effects.record(kind="error", at=time.time(), error=error, **common)
         raise
     finally:
         _running -= 1

@@ -168,6 +168,8 @@ class PauseFencing:
                 "leases_lost": stats.get("leases_lost", 0),
                 "rejected": rejected,
                 "cancelled_after_resume": _lines(effects, "cancelled", stale, resumed_at),
+                # how resumed handlers failed, when they failed instead of being cancelled
+                "errors_after_resume": _errors(effects, stale, resumed_at)[:3],
                 "stale_effects": _lines(effects, "effect", stale),
             },
         )
@@ -221,3 +223,12 @@ def _lines(effects: Path, kind: str, worker: WorkerProcess, since: float = 0.0) 
         for line in read_ledger(effects)
         if line.get("kind") == kind and line["pid"] == worker.pid and line.get("at", since) >= since
     )
+
+
+def _errors(effects: Path, worker: WorkerProcess, since: float) -> list[str]:
+    """The ``error`` lines (failed handlers) ``worker`` wrote at or after ``since``."""
+    return [
+        str(line.get("error", ""))
+        for line in read_ledger(effects)
+        if line.get("kind") == "error" and line["pid"] == worker.pid and line.get("at", 0) >= since
+    ]
