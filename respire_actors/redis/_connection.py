@@ -459,25 +459,34 @@ class _Link:
 
     async def _watchdog(self) -> None:
         period = min(max(self.timeout / 8, 0.005), 0.5)
+        last = time.monotonic()
         while True:
             await anyio.sleep(period)
+            now = time.monotonic()
+            stalled, last = now - last - period, now
+            if stalled > period:
+                # This process did not run on time (a handler's blocking call, SIGSTOP, a
+                # suspended VM, a starved event loop): replies that arrived meanwhile wait
+                # unread in the socket, so the stall is not the server's and must not count
+                # against the commands in flight.
+                for waiter in self.pending:
+                    waiter.sent = min(now, waiter.sent + stalled)
             if self.pending and not self.reading and self.pending[0].abandoned:
                 # Replies of cancelled callers with nobody left to read them: drain them here
                 # (bounded, so the timeout check below keeps its cadence).
                 self.reading = True
                 with anyio.move_on_after(period):
                     await self.read_until(None)
-            if self.pending:
-                now = time.monotonic()
-                if now - self.pending[0].sent >= self.timeout:
-                    self.fail(
-                        RedisUnavailable(
-                            "the connection was closed because an earlier command timed out; "
-                            "this command may have run"
-                        ),
-                        now=now,
-                    )
-                    return
+                now = last = time.monotonic()
+            if self.pending and now - self.pending[0].sent >= self.timeout:
+                self.fail(
+                    RedisUnavailable(
+                        "the connection was closed because an earlier command timed out; "
+                        "this command may have run"
+                    ),
+                    now=now,
+                )
+                return
 
 
 class _Spinner:

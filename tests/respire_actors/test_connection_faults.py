@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from helpers.proxy import open_fault_proxy
 from helpers.servers import ValkeyProcess
@@ -234,3 +235,33 @@ async def test_blocking_connection_is_separate(client: RedisClient, unique_name:
                 assert await client.execute("PING") == b"PONG"
             await client.execute("RPUSH", f"{unique_name}:q", "v")
     assert got == [[f"{unique_name}:q".encode(), b"v"]]
+
+
+async def test_a_stalled_client_does_not_blame_the_server(server_url: str) -> None:
+    """A client whose own event loop (or process) did not run for longer than the command
+    timeout (a handler's blocking call, SIGSTOP, a suspended VM) finds the replies that arrived
+    meanwhile: its in-flight commands succeed instead of timing out and closing the link."""
+    failures: list[BaseException] = []
+    replies = 0
+    async with connect(server_url, command_timeout=0.3) as client:
+
+        async def ping_loop() -> None:
+            nonlocal replies
+            while True:
+                try:
+                    assert await client.execute("ECHO", "x") == b"x"
+                    replies += 1
+                except RedisUnavailable as exc:  # CommandTimeout is one
+                    failures.append(exc)
+                await anyio.lowlevel.checkpoint()
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(4):  # some command is always in flight
+                tg.start_soon(ping_loop)
+            await wait_until(lambda: replies > 50)
+            for _ in range(3):
+                time.sleep(0.8)  # noqa: ASYNC251 - the loop stalls with commands in flight
+                before = replies
+                await wait_until(lambda: replies > before + 50)  # noqa: B023
+            tg.cancel_scope.cancel()
+    assert failures == []
