@@ -43,6 +43,8 @@ VISIBILITY_MS = 1000
 # the worker (right after every handler started), or it is cancelled before the pause
 FIXED_LEASE_MS = 4000
 PAUSES = ("handler-returned", "handler-running")
+# a running handler's pause outlasts the client's default command timeout (5 s)
+LONG_PAUSE_S = 6.0
 
 
 def _jobs(pause: str, count: int) -> list[tuple[str, dict[str, Any]]]:
@@ -128,6 +130,11 @@ class PauseFencing:
 
                 if not await chains.wait_for(all_completed, 30):
                     violations.append("the second worker did not complete every job in 30 s")
+                if pause == "handler-running":
+                    # stopped longer than the command timeout, with progress calls in flight:
+                    # the replies wait in the socket, and the resumed worker must read them
+                    # rather than time them out (its handlers are then cancelled, not failed)
+                    await anyio.sleep(max(0.0, paused_at + LONG_PAUSE_S - time.monotonic()))
                 paused_for = time.monotonic() - paused_at
                 if await chains.stop(fresh) != 0:
                     violations.append(f"the second worker exited with an error: {fresh.tail()}")
