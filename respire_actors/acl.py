@@ -116,7 +116,8 @@ ROLE_COMMANDS: Mapping[Role, tuple[str, ...]] = {
         "zrangebylex",
     ),
     # read_events, get_state, get_logs, status, result, read_metrics, flow_results,
-    # batch_status; a partitioned queue's backlog (XLEN of each partition)
+    # batch_status; backlog() (a plain queue's exact count reads the group's lag or, when the
+    # server does not know it, counts the entries; a partitioned queue's is XLEN per partition)
     "observer": (
         *_SCRIPTS,
         "type",
@@ -127,8 +128,10 @@ ROLE_COMMANDS: Mapping[Role, tuple[str, ...]] = {
         "hgetall",
         "lrange",
         "xread",
+        "xrange",
         "xrevrange",
         "xlen",
+        "xinfo|groups",
     ),
     # pause / resume, set_rate_limit, group options and pause, get_group, list_groups,
     # read_dead_letters, get_state; the operator API (respire_actors.admin) and the operator

@@ -23,7 +23,7 @@ if not group or group == '' or not me or me == '' or (mode ~= 'self' and mode ~=
   return redis.error_reply('RESPIRE_ARGUMENT bad consumer cleanup arguments')
 end
 local err = respire_preflight({{stream, 'stream'}},
-  {{'XGROUP', 'DELCONSUMER', stream, group, me}})
+  {{'XINFO', 'CONSUMERS', stream, group}, {'XGROUP', 'DELCONSUMER', stream, group, me}})
 if err then return err end
 if redis.call('EXISTS', stream) == 0 then return 0 end
 local ok, consumers = pcall(redis.call, 'XINFO', 'CONSUMERS', stream, group)

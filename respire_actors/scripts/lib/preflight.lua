@@ -15,12 +15,20 @@ local function respire_expect_type(key, expected)
   return nil
 end
 
--- Fails with RESPIRE_NOPERM unless the current ACL user may run the command (Redis 7.0+).
+-- Commands whose permission is granted per subcommand (`+xgroup|create`): a refusal names both.
+local RESPIRE_CONTAINERS = {XGROUP = true, XINFO = true, OBJECT = true, CLIENT = true}
+
+-- Fails with RESPIRE_NOPERM unless the current ACL user may run the command (Redis 7.0+),
+-- naming the permission as ACL SETUSER spells it ("xgroup|create") and the key.
 local function respire_expect_perm(...)
   if not redis.acl_check_cmd(...) then
     local args = {...}
-    local on = args[2] and (' on ' .. tostring(args[2])) or ''
-    return redis.error_reply('RESPIRE_NOPERM the ACL user may not run ' .. args[1] .. on)
+    local name, key = args[1], args[2]
+    if RESPIRE_CONTAINERS[string.upper(name)] and args[2] then
+      name, key = string.lower(name) .. '|' .. string.lower(tostring(args[2])), args[3]
+    end
+    local on = key and (' on ' .. tostring(key)) or ''
+    return redis.error_reply('RESPIRE_NOPERM the ACL user may not run ' .. name .. on)
   end
   return nil
 end

@@ -17,6 +17,7 @@ from helpers.acl import acl_denials, acl_user, key_dump
 from helpers.servers import Cluster
 
 from respire_actors.acl import ROLE_COMMANDS, ROLES, Role, acl_rules
+from respire_actors.actors.source import remove_idle_consumers
 from respire_actors.codecs import StrCodec
 from respire_actors.errors import PermissionDenied, ValidationError
 from respire_actors.jobs import (
@@ -29,6 +30,8 @@ from respire_actors.jobs import (
     Worker,
 )
 from respire_actors.jobs.job import Job
+from respire_actors.jobs.options import CONSUMER_GROUP
+from respire_actors.jobs.source import JobSource
 from respire_actors.keys import job_queue_key_pattern
 from respire_actors.redis import scripts
 from respire_actors.redis.client import RedisClient, connect
@@ -199,6 +202,22 @@ async def _get_group(c: RedisClient, name: str) -> None:
     await JobQueue(c, name, StrCodec()).get_group("tenant-a")
 
 
+async def _backlog(c: RedisClient, name: str) -> None:
+    await JobQueue(c, name, StrCodec()).backlog()
+
+
+async def _start_worker(c: RedisClient, name: str) -> None:
+    """A worker's start: it creates the consumer group (or checks it exists)."""
+    keys = JobQueue(c, name, StrCodec()).keys
+    await JobSource(c, keys, "unused", CONSUMER_GROUP).ensure_group("start")
+
+
+async def _sweep_idle_consumers(c: RedisClient, name: str) -> None:
+    """The consumer sweeper: it lists the group's consumers, then removes idle ones."""
+    ready = JobQueue(c, name, StrCodec()).keys.ready
+    await remove_idle_consumers(c, ready, CONSUMER_GROUP, "sweeper", 1)
+
+
 MISSING: list[tuple[Role, str, Path]] = [
     # reads before the first write that no probe checks: Redis 7.0's refusal names only the
     # script and line, and the command is read off that line
@@ -232,6 +251,13 @@ MISSING: list[tuple[Role, str, Path]] = [
     ("producer", "set", _add_to_batch),  # the batch state
     ("observer", "get", _flow_results),
     ("operator", "set", _cancel_batch),
+    ("observer", "xinfo|groups", _backlog),  # the exact count reads the group's lag
+    ("observer", "xrange", _backlog),  # ... or counts entries when the server has no lag
+    # a subcommand is named as ACL SETUSER spells it (it used to be "xgroup", the message
+    # calling CREATE the key), and a consumer listing refused used to be read as "no group"
+    ("worker", "xgroup|create", _start_worker),
+    ("worker", "xinfo|consumers", _sweep_idle_consumers),
+    ("worker", "xgroup|delconsumer", _sweep_idle_consumers),
 ]
 
 
