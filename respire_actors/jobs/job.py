@@ -231,7 +231,8 @@ class Job(Generic[T]):
         retained result (None without one). Under ``IGNORE`` failed children are left out; under
         ``CONTINUE`` they are included with status ``"failed"``; a leaf, or a job that is not a
         flow node, gets an empty list (without asking Redis). Read only; safe to cancel.
-        Raises :class:`~respire_actors.errors.FlowNotFound` when the flow was removed.
+        Raises :class:`~respire_actors.errors.FlowNotFound` when the flow's record is gone
+        (deleted by hand); a dead letter replayed with ``retry`` is no longer a flow node.
         """
         flow_id, node = self.flow_id, self.flow_node
         if flow_id is None or node is None:
