@@ -89,6 +89,32 @@ async def test_a_catch_up_backlog_drains_one_bounded_pass_per_poll(
     assert sorted(j.tick for j in seen if j.tick) == [T0 + k * HOUR for k in (1, 2, 3)]
 
 
+async def test_a_catch_up_backlog_of_one_schedule_drains_within_the_pass_budget(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """Each pass visits a schedule once and commits one of its ticks; a schedule behind by
+    several ticks used to get one per poll interval, so one whose interval was at most the
+    poll interval never caught up. Passes now follow each other until the interval's budget
+    (max_ticks_per_pass) is spent."""
+    clock = FakeClock(T0)
+    options = RecurringOptions(
+        poll_interval=timedelta(minutes=1), max_ticks_per_pass=3, clock=clock
+    )
+    await queue.scheduler(clock=clock).upsert("c", "x", interval=HOUR, missed=CATCH_UP)
+    seen: list[Job[str]] = []
+    clock.advance(5 * HOUR)
+    async with hosted(client, queue.name, options, seen) as worker:
+        with anyio.fail_after(10):
+            await wait_until(lambda: len(seen) == 3)  # the budget of this poll interval
+            await clock.wait_for_sleepers(1)
+            await anyio.sleep(0.3)
+            assert len(seen) == 3  # the rest waits for the next interval
+            clock.advance(timedelta(minutes=1))
+            await wait_until(lambda: len(seen) == 5)
+        assert worker.ticker_statistics(queue.name).enqueued == 5
+    assert sorted(j.tick for j in seen if j.tick) == [T0 + k * HOUR for k in range(1, 6)]
+
+
 async def test_a_failed_pass_is_logged_and_retried_without_crashing_the_tree(
     client: RedisClient, queue: JobQueue[str], caplog: pytest.LogCaptureFixture
 ) -> None:
