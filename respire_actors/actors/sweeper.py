@@ -25,9 +25,10 @@ async def _pass(rt: QueueRuntime, mode: str, cursor: str) -> tuple[bool, str]:
     """One pass, page by page, from ``cursor``. Returns (complete, cursor to resume from):
     complete when the cursor came back to 0-0. A recovery pass stops after
     ``recovery_max_pages`` pages (the next pass resumes where it stopped, after the recovery
-    interval, so fresh jobs get read turns in between) or at a denied page. A replay page denied
-    by the rate limit is retried after the rest of the window (jittered): the reader waits for
-    replay, and a page with nothing to claim is never denied."""
+    interval, so fresh jobs get read turns in between) or at a denied page. A denied replay page
+    is retried within the poll interval (jittered; sooner when the rate limit's window reopens):
+    the reader waits for replay, so a queue paused when the worker started must not hold it up
+    for a recovery interval after its resume."""
     ctx = current_child()
     page_max = rt.options.recovery_page_size
     pages = claimed = 0
@@ -54,8 +55,12 @@ async def _pass(rt: QueueRuntime, mode: str, cursor: str) -> tuple[bool, str]:
             if result.denied:
                 rt.admission.release(taken)
                 rt.stats.denied_claims += 1
-                if mode == "replay" and result.retry_after_ms > 0:
-                    wait = min(poll, result.retry_after_ms / 1000)
+                if mode == "replay":
+                    # the reader waits for replay: retry within the poll interval (a pause, or
+                    # sooner when the rate limit's window reopens), never a recovery interval
+                    wait = poll
+                    if result.retry_after_ms > 0:
+                        wait = min(poll, result.retry_after_ms / 1000)
                     with ctx.stop_scope():
                         await anyio.sleep(jittered(wait, min(0.1, poll / 4)))
                     continue

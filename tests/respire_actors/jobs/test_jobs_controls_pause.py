@@ -3,11 +3,19 @@ atomic events, idempotence, and what pause does and does not stop."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import anyio
 import pytest
-from jobs_helpers import all_events, events_of_kind, running_worker, wait_until, wait_until_async
+from jobs_helpers import (
+    all_events,
+    events_of_kind,
+    fast_options,
+    running_worker,
+    wait_until,
+    wait_until_async,
+)
 from sched_helpers import scheduling_worker, xlen
 
 from respire_actors.errors import WrongKeyType
@@ -84,6 +92,30 @@ async def test_paused_workers_admit_nothing_until_resumed_and_enqueue_continues(
         assert stats.admitted == 0
         assert await queue.resume()
         await wait_until(lambda: sorted(seen) == ["a", "b"])
+
+
+async def test_a_worker_started_paused_starts_within_its_poll_interval_of_the_resume(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """The startup replay, refused while paused, is retried every poll interval: the reader
+    (which waits for it) used to stay idle for a whole recovery interval after the resume."""
+    seen: list[str] = []
+
+    async def handler(job: Job[str]) -> Any:
+        seen.append(job.id)
+        return ACK
+
+    assert await queue.pause()
+    await queue.enqueue("a", "x")
+    options = fast_options(
+        poll_interval=timedelta(milliseconds=100), recovery_interval=timedelta(seconds=30)
+    )
+    async with running_worker(client, queue.name, handler, options=options) as worker:
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.denied_claims >= 1)
+        assert await queue.resume()
+        with anyio.fail_after(5):  # a recovery interval is 30 s
+            await wait_until(lambda: seen == ["a"])
 
 
 async def test_reads_of_a_running_worker_are_refused_while_paused(
