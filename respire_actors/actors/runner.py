@@ -60,6 +60,14 @@ def _raised_by_handler() -> bool:
     return task is not None and task.cancelling() == 0
 
 
+def is_cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` is the backend's cancellation, or a group of nothing else."""
+    cancelled = anyio.get_cancelled_exc_class()
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(cancelled)[1] is None
+    return isinstance(exc, cancelled)
+
+
 async def process(
     rt: QueueRuntime, delivery: Delivery, deadline: float, budget: float = 0.0
 ) -> None:
@@ -184,6 +192,27 @@ async def _run_and_settle(
                 label,
                 delivery.attempt,
             )
+        except BaseException as exc:
+            if is_cancellation(exc):
+                raise
+            # Not an Exception (SystemExit, KeyboardInterrupt, GeneratorExit, a BaseException
+            # subclass or group): still this job's failure. Let through, it would end the
+            # runners' task group, cancel every handler beside it and charge each a delivery.
+            failed = True
+            rt.stats.failed += 1
+            log.error(
+                "handler for %s raised %s, which is not an Exception, on %r (attempt %d): a "
+                "failure, the nack policy applies",
+                rt.name,
+                type(exc).__name__,
+                label,
+                delivery.attempt,
+                exc_info=exc,
+            )
+            if isinstance(exc, SystemExit | KeyboardInterrupt):
+                # the handler asked the process to end: stop the worker gracefully (the jobs
+                # beside it finish and commit), then ``run`` raises it
+                rt.fail(exc)
     if arg.lease_lost:
         log.warning("%r of %s lost its lease; left pending for recovery", label, rt.name)
         return

@@ -28,10 +28,13 @@ Telemetry never changes an outcome: span and metric failures are swallowed (see
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Sequence
 from typing import Any
+
+import anyio
 
 from .. import tracing
 from .messages import Ack, Complete, Completion, DeadLetter, Delivery, Nack, RetryAfter
@@ -109,8 +112,12 @@ async def run_handler(rt: QueueRuntime, delivery: Delivery, arg: Any) -> Any:
         result = "raised"
         tracing.fail(span, exc)
         raise
-    except BaseException:
-        result = "cancelled"
+    except BaseException as exc:
+        if isinstance(exc, anyio.get_cancelled_exc_class() | asyncio.CancelledError):
+            result = "cancelled"
+        else:  # SystemExit, KeyboardInterrupt, a BaseException of the handler's own
+            result = "raised"
+            tracing.fail(span, exc)
         raise
     finally:
         elapsed = time.perf_counter() - started

@@ -35,6 +35,7 @@ from respire_actors.jobs import (
     Job,
     JobQueue,
     RetryAfter,
+    Worker,
 )
 from respire_actors.redis.client import RedisClient
 
@@ -462,3 +463,85 @@ async def test_a_coroutine_returned_without_await_is_a_failure(
     assert ran == []
     ((_, fields),) = await queue.read_dead_letters()
     assert fields["_respire.reason"] == b"processing-failed"
+
+
+# -- a handler raising what is not an Exception ------------------------------------------------
+
+
+class Poison(BaseException):
+    """A BaseException of the handler's own (not an Exception)."""
+
+
+def _group_of_poison() -> BaseException:
+    return BaseExceptionGroup("several", [Poison("a"), ValueError("b")])
+
+
+@pytest.mark.parametrize(
+    "make",
+    [lambda: Poison("odd"), lambda: GeneratorExit(), _group_of_poison],
+    ids=["base-exception", "generator-exit", "base-exception-group"],
+)
+async def test_a_base_exception_is_that_jobs_failure_and_spares_the_others(
+    client: RedisClient, queue: JobQueue[str], make: Callable[[], BaseException]
+) -> None:
+    """It used to escape the runners' task group: every handler beside it was cancelled, the
+    worker crashed, and each of its jobs was charged a delivery (a poison job then dead-lettered
+    its healthy neighbours at the delivery limit)."""
+    await queue.enqueue_many([(f"ok-{i}", "fine") for i in range(4)] + [("bad", "raise")])
+    started = anyio.Event()
+    running = 0
+
+    async def handler(job: Job[str]) -> Any:
+        nonlocal running
+        if job.payload == "raise":
+            with anyio.fail_after(5):
+                await started.wait()  # the others are running beside it
+            raise make()
+        running += 1
+        if running == 4:
+            started.set()
+        await anyio.sleep(0.3)
+        return ACK
+
+    options = fast_options(consumer_count=5, delivery_limit=1, visibility_timeout=60)
+    async with running_worker(client, queue.name, handler, options=options) as worker:
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.acked == 4 and stats.dead_lettered == 1)
+        assert stats.failed == 1 and stats.started == 5
+    ((_, fields),) = await queue.read_dead_letters()
+    assert fields["_respire.job.id"] == b"bad"
+    assert fields["_respire.reason"] == b"processing-failed"
+    assert await pending_rows(client, queue.keys) == []
+
+
+@pytest.mark.parametrize("exit_exc", [SystemExit(3), KeyboardInterrupt()], ids=["exit", "ki"])
+async def test_a_handler_asking_the_process_to_exit_stops_the_worker_gracefully(
+    client: RedisClient, queue: JobQueue[str], exit_exc: BaseException
+) -> None:
+    """SystemExit or KeyboardInterrupt from a handler: that job fails (nack policy), the jobs
+    beside it finish and commit within the shutdown grace, and ``run`` raises it."""
+    await queue.enqueue_many([(f"ok-{i}", "fine") for i in range(3)] + [("bad", "exit")])
+    started = anyio.Event()
+    running = 0
+
+    async def handler(job: Job[str]) -> Any:
+        nonlocal running
+        if job.payload == "exit":
+            with anyio.fail_after(5):
+                await started.wait()
+            raise exit_exc
+        running += 1
+        if running == 3:
+            started.set()
+        await anyio.sleep(0.3)
+        return ACK
+
+    worker = Worker()
+    worker.register(
+        queue.name, handler, queue.codec, fast_options(consumer_count=4, delivery_limit=1)
+    )
+    with anyio.fail_after(15), pytest.raises(type(exit_exc)):
+        await worker.run(client)
+    stats = worker.statistics(queue.name)
+    assert (stats.acked, stats.dead_lettered, stats.failed) == (3, 1, 1)
+    assert await pending_rows(client, queue.keys) == []
