@@ -24,6 +24,7 @@ from supervisors import current_child
 from ..errors import RedisUnavailable, ServerError, ServerLoading
 from .intake import dispatch_page, group_lost, jittered
 from .options import duration_ms
+from .renewer import confirm_before_recovery
 from .runtime import QueueRuntime, log
 from .source import ManySources
 
@@ -69,6 +70,7 @@ async def run_reader(
                 with anyio.CancelScope(shield=True):
                     result = await rt.source.read(rt.consumer, taken, rt.visibility_ms)
                     if result.status == "recover":
+                        await confirm_before_recovery(rt)
                         page = await rt.source.claim(
                             rt.consumer,
                             "recover",

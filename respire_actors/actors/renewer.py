@@ -145,6 +145,22 @@ async def renew_pass(rt: QueueRuntime, visibility: float, *, late: bool = False)
     _expire(rt, anyio.current_time(), visibility)
 
 
+async def confirm_before_recovery(rt: QueueRuntime) -> None:
+    """Renew this worker's own leases first when the renewer is behind (the event loop or the
+    process stalled): a recovery claim takes every delivery idle past the visibility timeout,
+    this consumer's own included, so it would otherwise take a delivery from its own running
+    handler (or from an outcome waiting for its commit) and run the job again."""
+    if not rt.leases:
+        return
+    visibility = rt.visibility_ms / 1000
+    now = anyio.current_time()
+    if any(
+        not lease.lost and now - lease.confirmed_at >= term(lease, visibility) / 2
+        for lease in rt.leases
+    ):
+        await renew_pass(rt, visibility, late=True)
+
+
 def _learn_term(rt: QueueRuntime, lease: Lease, seconds: float) -> None:
     """Remember a grouped job's group lease duration, for this lease and the group's next."""
     lease.term = seconds

@@ -16,6 +16,7 @@ from supervisors import current_child
 from ..errors import RedisUnavailable, ServerError, ServerLoading
 from .intake import dispatch_page, group_lost, jittered
 from .options import duration_ms
+from .renewer import confirm_before_recovery
 from .runtime import QueueRuntime, log
 from .source import remove_idle_consumers, stream_keys
 from .telemetry import log_recovery_pass
@@ -45,6 +46,8 @@ async def _pass(rt: QueueRuntime, mode: str, cursor: str) -> tuple[bool, str]:
                 return False, cursor
             try:
                 with anyio.CancelScope(shield=True):
+                    if mode == "recover":
+                        await confirm_before_recovery(rt)
                     result = await rt.source.claim(
                         rt.consumer, mode, cursor, taken, rt.visibility_ms, rt.delivery_limit
                     )

@@ -156,6 +156,34 @@ async def test_with_renewal_a_blocked_handler_past_the_visibility_timeout_keeps_
     assert await pending_rows(client, queue.keys) == []
 
 
+async def test_a_stall_past_the_visibility_timeout_does_not_let_recovery_rerun_own_jobs(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """One worker, handlers blocking the event loop past the visibility timeout, frequent
+    recovery passes: its own recovery used to claim its own running (or returned, not yet
+    committed) deliveries before the renewer had confirmed them, so every job ran twice. A
+    recovery pass now confirms this worker's overdue leases first."""
+    for i in range(3):
+        await queue.enqueue(f"j{i}", "x")
+    runs: list[str] = []
+
+    async def handler(job: Job[str]) -> Outcome:
+        runs.append(job.id)
+        time.sleep(PAST_THE_LEASE)  # noqa: ASYNC251 - blocking on purpose
+        return ACK
+
+    opts = fast_options(
+        consumer_count=3, visibility_timeout=LEASE, recovery_interval=timedelta(milliseconds=20)
+    )
+    async with running_worker(client, queue.name, handler, options=opts) as worker:
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.acked + stats.stale_completions >= 3, timeout=15)
+        await anyio.sleep(0.5)  # a rerun would start here
+        assert stats.stale_completions == 0
+    assert sorted(runs) == ["j0", "j1", "j2"]
+    assert await pending_rows(client, queue.keys) == []
+
+
 async def test_with_renewal_a_report_after_a_lost_lease_raises_cancellation(
     client: RedisClient, queue: JobQueue[str]
 ) -> None:
