@@ -350,6 +350,22 @@ class Consumer(Generic[T]):
         )
         return results
 
+    async def _release_unseen(self, messages: Iterable[Message[Any]]) -> list[bool]:
+        """Hand back leased messages the application never saw (an iterator's buffer): due
+        again at once, and their delivery not counted (the next one has the same count).
+        One result per message, as :meth:`nack` gives. If cancelled, or the reply is lost,
+        some may have been handed back; the others stay leased until their visibility ends."""
+        receipts = [parse_receipt(m) for m in messages]
+        if not receipts:
+            return []
+        reply = await load("rq_nack")(
+            self._client,
+            [self._stream, self._deadlines, self._receipts],
+            ["release", *[part for r in receipts for part in r]],
+        )
+        self._release(receipts)
+        return [bool(int(r)) for r in reply]
+
     def iter_messages(
         self,
         visibility: Duration,

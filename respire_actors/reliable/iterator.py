@@ -22,6 +22,8 @@ class LeaseSource(Protocol[T]):
 
     async def nack_many(self, messages: Iterable[Message[Any] | str], delay: Any = 0) -> Any: ...
 
+    async def _release_unseen(self, messages: Iterable[Message[Any]]) -> Any: ...
+
 
 class MessageIterator(Generic[T]):
     """Yields messages from :meth:`Consumer.receive` one at a time; see
@@ -132,7 +134,9 @@ class MessageIterator(Generic[T]):
             self._wake.set()
 
     async def aclose(self) -> None:
-        """Stop iterating and hand back buffered messages not yet yielded (NACK, no delay).
+        """Stop iterating and hand back buffered messages not yet yielded: due again at once,
+        without counting the delivery they never had (their next delivery has the same
+        ``delivery_count``, so closing never moves a message closer to the delivery limit).
 
         Shielded from cancellation while it sends the NACK; if the connection fails they stay
         leased until their visibility timeout instead.
@@ -144,7 +148,7 @@ class MessageIterator(Generic[T]):
             return
         with anyio.CancelScope(shield=True):
             try:
-                await self._consumer.nack_many(pending, 0)
+                await self._consumer._release_unseen(pending)
             except Exception:  # best effort: the leases expire on their own
                 self._release(m.receipt for m in pending)
 

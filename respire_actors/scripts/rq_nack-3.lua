@@ -3,13 +3,16 @@
 -- KEYS[1]  stream (queue ready stream, or topic publication stream)
 -- KEYS[2]  deadlines sorted set of this endpoint
 -- KEYS[3]  receipts hash of this endpoint
--- ARGV[1]  delay in milliseconds before the message is due again (0 .. 2^31-1)
+-- ARGV[1]  delay in milliseconds before the message is due again (0 .. 2^31-1), or 'release'
 -- ARGV[2..] receipts, three values each: entry id, delivery count, delivery stamp
 --
 -- For each receipt that still holds (see rq_ack), the receipt is revoked at once (the hash
 -- keeps only the delivery count) and the entry's deadline becomes now + delay on the server
 -- clock; a zero delay makes it due immediately. The next receive redelivers it (or, at the
--- delivery limit, moves it to the dead letters).
+-- delivery limit, moves it to the dead letters). 'release' hands back messages the receiver
+-- leased but never gave to the application (an iterator's buffer when it closes): due at
+-- once, and the delivery is not counted (the hash keeps the count minus one), so the next
+-- receive's delivery has the count this one had.
 -- Returns one status per receipt: 1 rejected now, 0 expired/revoked/superseded/completed.
 -- Repeating a call is harmless (the second run returns 0s).
 -- Errors: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM; all before any write.
@@ -18,7 +21,8 @@
 --!include lib/rq_common.lua
 
 local stream, deadlines, receipts = KEYS[1], KEYS[2], KEYS[3]
-local delay = rq_int(ARGV[1], 0, 2147483647)
+local release = ARGV[1] == 'release'
+local delay = release and 0 or rq_int(ARGV[1], 0, 2147483647)
 if not delay or #ARGV < 4 or (#ARGV - 1) % 3 ~= 0 then
   return redis.error_reply('RESPIRE_ARGUMENT rq_nack arguments are malformed')
 end
@@ -41,7 +45,9 @@ for i = 2, #ARGV, 3 do
   if redis.call('HGET', receipts, id) == count .. ':' .. ARGV[i + 2] then
     local due = redis.call('ZSCORE', deadlines, id)
     if due and tonumber(due) > now then
-      redis.call('HSET', receipts, id, count .. ':-')
+      local kept = tonumber(count)
+      if release then kept = kept - 1 end
+      redis.call('HSET', receipts, id, string.format('%d', kept) .. ':-')
       redis.call('ZADD', deadlines, now + delay, id)
       status = 1
     end

@@ -104,9 +104,30 @@ async def test_closing_the_iterator_hands_back_buffered_messages(
         first = await messages.__anext__()
 
     assert first.payload == "a"
-    again = await queue.receive(30, max=10)  # b and c were NACKed with no delay on close
-    assert [(m.payload, m.delivery_count) for m in again] == [("b", 2), ("c", 2)]
+    # b and c are due again at once, and the delivery they never had is not counted
+    again = await queue.receive(30, max=10)
+    assert [(m.payload, m.delivery_count) for m in again] == [("b", 1), ("c", 1)]
     assert await queue.ack(first) is True
+    assert queue.statistics().nacked == 0
+
+
+async def test_closing_iterators_often_never_dead_letters_unseen_messages(
+    client: RedisClient, unique_name: str
+) -> None:
+    """A consumer that takes one message per session (request-scoped, frequent deploys) used
+    to charge every buffered message a delivery per close: with a limit of 3, messages the
+    application never saw went to the dead letters after three sessions."""
+    queue = ReliableQueue(client, unique_name, StrCodec(), delivery_limit=3)
+    await queue.send_many([f"m{i}" for i in range(8)])
+    seen: list[tuple[str, int]] = []
+    for _ in range(8):
+        async with queue.iter_messages(30, batch_size=8, poll_interval=0.01) as messages:
+            with anyio.fail_after(5):  # the messages left went to the dead letters
+                message = await messages.__anext__()
+            seen.append((message.payload, message.delivery_count))
+            assert await queue.ack(message) is True
+    assert sorted(seen) == [(f"m{i}", 1) for i in range(8)]
+    assert (await queue.inspect()).dead_letters == 0
 
 
 class SlowReplies:
@@ -122,6 +143,9 @@ class SlowReplies:
 
     async def nack_many(self, messages: Any, delay: Any = 0) -> Any:
         return await self.queue.nack_many(messages, delay)
+
+    async def _release_unseen(self, messages: Any) -> Any:
+        return await self.queue._release_unseen(messages)
 
 
 async def test_a_buffered_message_is_not_handed_out_once_its_lease_may_have_ended(
