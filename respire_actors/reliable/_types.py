@@ -79,8 +79,10 @@ class TrimResult:
     """What :meth:`ReliableTopic.trim` did.
 
     ``removed`` entries were deleted below ``cutoff`` (the exact MINID used). ``policy_cutoff``
-    is where the retention policy alone would have cut; ``held_by`` names the subscriptions
-    whose pending or undelivered publications kept the cutoff below it.
+    is where the retention policy alone would have cut (with ``max_length`` and a subscription
+    holding the cut, an id past every subscription's boundary: the length cutoff is not looked
+    for further than that); ``held_by`` names the subscriptions whose pending or undelivered
+    publications kept the cutoff below it.
     """
 
     removed: int

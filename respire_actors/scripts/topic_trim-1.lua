@@ -13,6 +13,7 @@
 -- policy cutoff and all boundaries. Because the whole procedure is one script, subscriptions
 -- cannot be created, removed or repositioned between the inventory and the trim. Afterwards
 -- every protected boundary is verified to still exist.
+-- A length limit costs the entries out of it (see below), never the entries kept.
 -- Returns {entries removed, exact MINID cutoff used, policy cutoff, names of the
 --          subscriptions that held the cutoff below the policy...}; {0, '', ''} when the stream
 --          does not exist or no entry is out of policy.
@@ -53,23 +54,48 @@ if max_age then
   local now = rq_now()
   policy = later(policy, math.max(now - max_age, 0) .. '-0')
 end
+-- inventory of every group's boundaries (lib/retention.lua)
+local groups, boundary, protected = respire_trim_inventory(stream)
+
 if max_len then
-  local newest = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', max_len + 1)
-  if #newest > max_len then
-    if max_len == 0 then
-      local ms, seq = respire_id_parse(newest[1][1])
-      policy = later(policy, ms .. '-' .. (seq + 1))
-    else
-      policy = later(policy, newest[max_len][1])
+  -- The length cutoff is the first entry after the oldest (XLEN - max_len): found by walking
+  -- from the oldest end a page at a time, so the cost is that of the entries out of policy
+  -- (nothing when the stream is within its length), never of the entries kept. The walk stops
+  -- early once past every subscription's protected ids: the cut is then theirs whatever the
+  -- exact length cutoff, and the policy cutoff reported is the id reached (a lower bound).
+  local excess = redis.call('XLEN', stream) - max_len
+  if excess > 0 then
+    local top = nil
+    for _, g in ipairs(groups) do
+      for _, id in ipairs({g.lowest, g.nxt}) do
+        if id and (top == nil or respire_id_lt(top, id)) then top = id end
+      end
+    end
+    local start, skipped, found = '-', 0, nil
+    while not found do
+      local want = math.min(excess - skipped + 1, 1000)
+      local page = redis.call('XRANGE', stream, start, '+', 'COUNT', want)
+      if #page == 0 then break end
+      if skipped + #page > excess then
+        found = page[excess - skipped + 1][1]
+      else
+        skipped = skipped + #page
+        local last = page[#page][1]
+        if top and respire_id_lt(top, last) then found = last; break end
+        start = '(' .. last
+      end
+    end
+    if found then
+      policy = later(policy, found)
+    else -- max_len == 0 and every entry is out of policy: beyond the newest
+      local newest = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
+      policy = later(policy, respire_id_next(newest[1][1]))
     end
   end
 end
 if policy == nil then
   return {0, '', ''}
 end
-
--- inventory of every group's boundaries (lib/retention.lua)
-local groups, boundary, protected = respire_trim_inventory(stream)
 local cutoff = policy
 if boundary and respire_id_lt(boundary, cutoff) then cutoff = boundary end
 local held_by = {}

@@ -210,6 +210,39 @@ async def test_trim_protects_the_start_of_a_new_subscription(
     assert await entry_ids(client, topic.stream_key) == ids[2:]
 
 
+@pytest.mark.parametrize("keep", [1500, 1499, 1501, 2499, 0])
+async def test_a_length_trim_across_pages_keeps_exactly_the_newest(
+    client: RedisClient, topic: ReliableTopic[str], keep: int
+) -> None:
+    """The length cutoff is found from the oldest end a page (1,000 entries) at a time (it
+    used to read every entry kept, newest first, into one script call: seconds on a long
+    topic, even with nothing to remove)."""
+    ids: list[str] = []
+    for start in range(0, 2500, 500):
+        ids += await topic.publish_many([str(i) for i in range(start, start + 500)])
+    result = await topic.trim(max_length=keep)
+    assert result.removed == 2500 - keep and result.held_by == ()
+    assert await client.execute("XLEN", topic.stream_key) == keep
+    if keep:
+        assert (await entry_ids(client, topic.stream_key))[0] == ids[-keep]
+    assert (await topic.trim(max_length=keep)).removed == 0
+
+
+async def test_a_length_trim_held_by_a_subscription_stops_at_its_boundary(
+    client: RedisClient, topic: ReliableTopic[str]
+) -> None:
+    await topic.create_subscription("s", start="tail")
+    ids: list[str] = []
+    for start in range(0, 3000, 500):
+        ids += await topic.publish_many([str(i) for i in range(start, start + 500)])
+    sub = topic.subscription("s")
+    batch = await sub.receive(LONG, max=20)
+    assert await sub.ack_many(batch[:10]) == [True] * 10  # the 11th is leased
+    result = await topic.trim(max_length=100)
+    assert (result.removed, result.cutoff, result.held_by) == (10, ids[10], ("s",))
+    assert await entry_ids(client, topic.stream_key) == ids[10:]
+
+
 async def test_trim_by_age_and_min_id(client: RedisClient, topic: ReliableTopic[str]) -> None:
     ids = await topic.publish_many(["a", "b"])
     await topic.create_subscription("s", start="tail")
