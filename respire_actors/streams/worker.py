@@ -145,6 +145,9 @@ class StreamWorkerOptions:
                 "trace_fields must be two distinct nonblank field names (traceparent, tracestate)"
             )
         validate_start_id(self.start_id)
+        for flag in ("recovery", "delete_acknowledged"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValidationError(f"{flag} must be a bool")
         if self.dead_letter_stream is not None:
             _key(self.dead_letter_stream, "dead_letter_stream")
         self.worker_options()  # validates the shared fields with their precise messages

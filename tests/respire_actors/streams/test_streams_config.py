@@ -67,6 +67,13 @@ def test_good_start_ids_are_accepted(start_id: str) -> None:
         {"consumer_name": "a{b}"},
         {"dead_letter_stream": " "},
         {"visibility_timeout": 0},
+        # "false" used to switch recovery on (truthy) and crash-loop the completer
+        {"recovery": "false"},
+        {"recovery": None},
+        {"recovery": 0},
+        {"delete_acknowledged": "false"},
+        {"delete_acknowledged": 1},
+        {"delete_acknowledged": None},
     ],
 )
 async def test_bad_options_are_rejected_before_any_command(
