@@ -607,21 +607,39 @@ class Supervisor:
         run.stopped = True  # from here on its exit report is ignored
         child.state = RunState.STOPPING
         run.context._request_stop()
-        if not run.done.is_set():
-            with anyio.move_on_after(child.spec.shutdown):
-                await run.done.wait()
+        try:
             if not run.done.is_set():
-                _log.warning(
-                    "supervisor %r: child %r did not stop within %g s; cancelling it",
-                    self._name,
-                    child.spec.name,
-                    child.spec.shutdown,
-                    extra={"supervisor": self._name, "child": child.spec.name},
-                )
-                run.scope.cancel()
-                await run.done.wait()
+                with anyio.move_on_after(child.spec.shutdown):
+                    await run.done.wait()
+                if not run.done.is_set():
+                    _log.warning(
+                        "supervisor %r: child %r did not stop within %g s; cancelling it",
+                        self._name,
+                        child.spec.name,
+                        child.spec.shutdown,
+                        extra={"supervisor": self._name, "child": child.spec.name},
+                    )
+                    run.scope.cancel()
+                    await run.done.wait()
+        except BaseException:
+            # the caller was cancelled while waiting: the child is cancelled at once rather
+            # than left running unsupervised (with no deadline, out of every snapshot)
+            run.scope.cancel()
+            child.run = None
+            child.started_at = None
+            child.state = RunState.STOPPED
+            raise
         if run.error is not None:
-            child.last_error = run.error  # it failed on its way out, or just before the stop
+            # it failed on its way out, or just before the stop (its exit report is ignored)
+            child.last_error = run.error
+            _log.error(
+                "supervisor %r: child %r failed while stopping: %r",
+                self._name,
+                child.spec.name,
+                run.error,
+                exc_info=run.error,
+                extra={"supervisor": self._name, "child": child.spec.name},
+            )
         child.run = None
         child.started_at = None
         child.state = RunState.STOPPED

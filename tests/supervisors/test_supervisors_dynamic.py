@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import anyio
+import anyio.abc
 import pytest
 from supervisors_helpers import Crash, Recorder, settle, start_supervisor
 
@@ -14,6 +15,7 @@ from supervisors import (
     Strategy,
     Supervisor,
     UnknownChild,
+    current_child,
 )
 
 pytestmark = pytest.mark.anyio
@@ -66,6 +68,37 @@ async def test_terminate_child_cancels_a_stubborn_child_at_its_deadline(rec: Rec
         await sup.terminate_child("s")
         assert rec.events == ["start:s", "cancelled:s"]
         await sup.stop()
+
+
+async def test_a_cancelled_terminate_child_cancels_the_child_at_once(rec: Recorder) -> None:
+    """The caller gives up while the child is still stopping gracefully: the child used to
+    keep running unsupervised (gone from the snapshot, no deadline) and stop() then waited
+    for it forever."""
+    sup = Supervisor("sup", [ChildSpec("s", rec.stubborn, "s", shutdown=30)])
+    async with anyio.create_task_group() as tg:
+        await start_supervisor(tg, sup)
+        with anyio.move_on_after(0.1):
+            await sup.terminate_child("s")
+        await rec.wait_for("cancelled:s", 1)
+        assert sup.snapshot().children == ()
+        with anyio.fail_after(5):
+            await sup.stop()
+
+
+async def test_a_child_failing_while_it_stops_is_logged(
+    rec: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def fails_on_stop(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        task_status.started()
+        await current_child().wait_stop_requested()
+        raise Crash("flush failed")
+
+    sup = Supervisor("sup", [ChildSpec("f", fails_on_stop)])
+    async with anyio.create_task_group() as tg:
+        await start_supervisor(tg, sup)
+        await sup.stop()
+    (record,) = [r for r in caplog.records if "failed while stopping" in r.getMessage()]
+    assert record.levelname == "ERROR" and "flush failed" in record.getMessage()
 
 
 async def test_start_child_rejects_a_duplicate_name(rec: Recorder) -> None:
