@@ -76,6 +76,13 @@ def load_app(path: str) -> App:
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
+        missing = getattr(exc, "name", None)
+        if missing and not (module_name == missing or module_name.startswith(missing + ".")):
+            # the module was found; something it imports is not installed
+            raise StartupError(
+                f"importing module {module_name!r} failed: {exc} (a package it imports is "
+                "not installed in this environment)"
+            ) from exc
         raise StartupError(
             f"cannot import module {module_name!r}: {exc} (run from the project's directory, "
             "or put it on PYTHONPATH)"
@@ -199,14 +206,30 @@ async def _run_app(
     *,
     task_status: anyio.abc.TaskStatus[None],
 ) -> None:
-    running = app.run(client, task_status=task_status)
+    status = _StartedOnce(task_status)
+    running = app.run(client, task_status=status)
     if not inspect.isawaitable(running):
         raise StartupError(
             f"{type(app).__name__}.run is not async: serve needs "
             "'async def run(self, client, *, task_status=anyio.TASK_STATUS_IGNORED)'"
         )
     await running
+    if not status.called:
+        # a one-shot app that never said it was ready: it ran, returned, and is done
+        task_status.started()
     done.cancel()  # the app returned: end the throughput reporter with it
+
+
+class _StartedOnce(anyio.abc.TaskStatus[Any]):
+    """Passes ``started`` on, and remembers whether the app called it."""
+
+    def __init__(self, inner: anyio.abc.TaskStatus[Any]) -> None:
+        self._inner = inner
+        self.called = False
+
+    def started(self, value: Any = None) -> None:
+        self.called = True
+        self._inner.started(value)
 
 
 # ------------------------------------------------------------------------------------------

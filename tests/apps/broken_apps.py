@@ -16,3 +16,13 @@ class SyncRun:
 
 
 sync_run = SyncRun()
+
+
+class OneShot:
+    """An app that does its work and returns without ever calling ``task_status.started()``."""
+
+    async def run(self, client: Any, **kwargs: Any) -> None:
+        print("one-shot work:", (await client.execute("PING")).decode(), flush=True)
+
+
+one_shot = OneShot()

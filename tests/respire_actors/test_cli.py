@@ -206,6 +206,26 @@ def test_an_app_whose_run_is_not_async() -> None:
     assert_one_line_startup_error(result, "SyncRun.run is not async", "async def run")
 
 
+def test_a_one_shot_app_that_never_reports_ready_exits_0_when_it_returns() -> None:
+    """It used to be reported as a start-up failure (exit 3) after its work was done."""
+    result = run_cli(
+        "serve", "tests.apps.broken_apps:one_shot", "--redis-url", "redis://127.0.0.1:6379"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "one-shot work: PONG" in result.stdout
+
+
+def test_a_module_whose_dependency_is_missing_says_so() -> None:
+    """The module was found: the PYTHONPATH hint would send the user the wrong way."""
+    result = run_cli(
+        "serve", "tests.apps.missing_dependency:app", "--redis-url", "redis://127.0.0.1:6379"
+    )
+    line = assert_one_line_startup_error(
+        result, "not_an_installed_package_xyz", "a package it imports is not installed"
+    )
+    assert "PYTHONPATH" not in line
+
+
 def test_a_factory_that_fails() -> None:
     result = run_cli("serve", "fractions:Fraction", "--redis-url", "redis://127.0.0.1:6379")
     assert_one_line_startup_error(result, "is not an app")
