@@ -58,6 +58,28 @@ def is_loopback(host: str | None) -> bool:
     return address.is_loopback
 
 
+def is_loopback_name(host_header: str | None) -> bool:
+    """True for a ``Host`` header naming this machine by a loopback name or address
+    (``localhost``, ``*.localhost``, 127.0.0.0/8, ``[::1]``), with or without a port. Without
+    authentication only these are served: a page on another name whose DNS answer was switched
+    to 127.0.0.1 (DNS rebinding) must not reach the dashboard with the user's browser."""
+    if not host_header:
+        return False
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        name, sep, rest = host[1:].partition("]")
+        if not sep or (rest and not (rest.startswith(":") and rest[1:].isdigit())):
+            return False
+        return is_loopback(name)
+    name, _, port = host.partition(":")
+    if port and not port.isdigit():
+        return False
+    name = name.rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    return is_loopback(name)
+
+
 def session_value(secret: bytes, token: str) -> str:
     """The session cookie for ``token``: an HMAC of it, so the cookie never holds the token and
     changing the token ends every session."""
@@ -70,10 +92,13 @@ def authenticate(
     client_host: str | None,
     authorization: str | None,
     session_cookie: str | None,
+    host_header: str | None = None,
 ) -> Identity | Refusal:
     auth = config.auth
     if auth is None:
-        return Identity("loopback") if is_loopback(client_host) else Refusal("forbidden")
+        if is_loopback(client_host) and is_loopback_name(host_header):
+            return Identity("loopback")
+        return Refusal("forbidden")
     if isinstance(auth, TokenAuth):
         scheme, _, value = (authorization or "").partition(" ")
         if scheme.lower() == "bearer" and _equal(value.strip(), auth.token):

@@ -140,7 +140,8 @@ def error_page(request: Request, status: int, title: str, message: str) -> Respo
 def _refuse(request: Request, refusal: security.Refusal) -> Response:
     if refusal.kind == "forbidden":
         return PlainTextResponse(
-            "the dashboard serves only loopback clients unless auth is configured "
+            "without auth the dashboard serves only loopback clients that name it by a "
+            "loopback host (localhost, 127.0.0.1, [::1]); configure auth for anything else "
             "(DashboardConfig(auth=...) or --token / --basic-auth)",
             status_code=403,
         )
@@ -164,6 +165,7 @@ def identify(request: Request) -> security.Identity | security.Refusal:
         client_host=request.client.host if request.client else None,
         authorization=request.headers.get("authorization"),
         session_cookie=request.cookies.get(security.SESSION_COOKIE),
+        host_header=request.headers.get("host"),
     )
 
 

@@ -31,6 +31,7 @@ def auth(config: DashboardConfig, host: str = "10.0.0.5", **kw: str | None) -> o
         client_host=host,
         authorization=kw.get("authorization"),
         session_cookie=kw.get("session"),
+        host_header=kw.get("host_header", "127.0.0.1:8080"),
     )
 
 
@@ -60,6 +61,38 @@ def test_without_auth_only_loopback_clients_get_in() -> None:
     assert auth(config, None) == Refusal("forbidden")
     # credentials change nothing when no auth is configured
     assert auth(config, "192.168.1.2", authorization=f"Bearer {TOKEN}") == Refusal("forbidden")
+
+
+@pytest.mark.parametrize(
+    ("host_header", "served"),
+    [
+        ("127.0.0.1:8080", True),
+        ("127.0.0.1", True),
+        ("localhost:8080", True),
+        ("LOCALHOST", True),
+        ("localhost.:9", True),
+        ("app.localhost:8080", True),
+        ("[::1]:8080", True),
+        ("[::1]", True),
+        # DNS rebinding: another name whose DNS answer was switched to 127.0.0.1
+        ("rebind.attacker.example:8080", False),
+        ("localhost.attacker.example", False),
+        ("127.0.0.1.nip.io", False),
+        ("[::1]x", False),
+        ("127.0.0.1:x", False),
+        ("10.0.0.5:8080", False),
+        ("", False),
+        (None, False),
+    ],
+)
+def test_without_auth_the_host_must_be_a_loopback_name(
+    host_header: str | None, served: bool
+) -> None:
+    """A page on a rebound name (its DNS answer switched to 127.0.0.1) reached the dashboard
+    through the user's browser: the Origin and CSRF checks agreed with its own Host."""
+    config = DashboardConfig(secret=SECRET)
+    expected = Identity("loopback") if served else Refusal("forbidden")
+    assert auth(config, "127.0.0.1", host_header=host_header) == expected
 
 
 def test_token_auth_by_header_or_session_cookie() -> None:

@@ -125,6 +125,28 @@ async def test_without_auth_only_loopback_clients(client: RedisClient, unique_na
         assert (await h.get("/")).status_code == 200
 
 
+async def test_without_auth_a_rebound_host_name_is_refused(
+    client: RedisClient, unique_name: str
+) -> None:
+    """DNS rebinding: a page on attacker.example, its DNS answer switched to 127.0.0.1, sends
+    the user's browser to the dashboard with its own name as Host (and Origin). It used to be
+    served, and its forms passed the CSRF and Origin checks."""
+    await register_queue(client, unique_name)
+    queue = JobQueue(client, unique_name, StrCodec())
+    rebound = {"host": "rebind.attacker.example:8080"}
+    async with http(client, DashboardConfig()) as h:
+        page = await h.get("/queue", params={"queue": unique_name}, headers=rebound)
+        assert page.status_code == 403
+        token = csrf_of((await h.get("/queue", params={"queue": unique_name})).text)
+        response = await h.post(
+            "/queue/pause",
+            data={"queue": unique_name, "csrf": token},
+            headers={**rebound, "origin": "http://rebind.attacker.example:8080"},
+        )
+        assert response.status_code == 403
+    assert not (await queue.get_state()).paused
+
+
 async def test_token_auth(client: RedisClient, unique_name: str) -> None:
     config = DashboardConfig(auth=TokenAuth(TOKEN))
     async with http(client, config, host="192.0.2.10") as h:
