@@ -114,9 +114,17 @@ class JobSource:
 
     async def _check_metrics_retention(self) -> None:
         """Every worker recording metrics must use the retention the stored counters have."""
-        if not self.metrics_retention:
-            return
         stored = await self.client.execute("HGET", self.keys.metrics, "retention")
+        if not self.metrics_retention:
+            if stored is not None:
+                log.warning(
+                    "queue %r: other workers record completion metrics (%d minutes kept) but "
+                    "this one has metrics_retention_minutes=0: its completions are not counted; "
+                    "use the same metrics_retention_minutes on every worker",
+                    self.name,
+                    int(stored),
+                )
+            return
         if stored is not None and int(stored) != self.metrics_retention:
             raise ConfigurationError(
                 f"queue {self.name!r}: this worker keeps {self.metrics_retention} minutes of "

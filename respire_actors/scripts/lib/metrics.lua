@@ -31,10 +31,14 @@ local function respire_metrics_preflight(ready, retention)
     {{'HGET', key, 'f'}, {'HSET', key, 'f', 'v'}, {'PEXPIREAT', key, '1'}})
 end
 
--- Adds `completed` and `failed` to the current minute's slot.
+-- Adds `completed` and `failed` to the current minute's slot. The layout is the stored one
+-- when the hash has one: workers that started together on a fresh queue with different
+-- retentions (the start-up check found no hash to compare with) still count into one layout.
 local function respire_metrics_record(ready, retention, completed, failed)
   if retention == 0 or (completed == 0 and failed == 0) then return end
   local key = respire_metrics_key(ready)
+  local stored = tonumber(redis.call('HGET', key, 'retention') or '')
+  if stored and stored >= 1 and stored <= 1440 and stored % 1 == 0 then retention = stored end
   local minute = math.floor(respire_now_ms() / 60000)
   local slot = string.format('%d', minute % retention)
   local c, f = 0, 0

@@ -64,6 +64,46 @@ async def test_workers_must_agree_on_the_retention(
         await worker.run(client)
 
 
+async def test_workers_started_together_with_different_retentions_count_every_job(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """On a fresh queue the start-up check finds no counters to compare with, so both start;
+    each used to write its own slot layout into the one hash and overwrite the other's
+    retention, losing counts. Recording now keeps the stored layout."""
+    done: list[str] = []
+
+    async def handler(job: Job[str]) -> Any:
+        done.append(job.id)
+        return ACK
+
+    seven = sched_options(metrics_retention_minutes=7)
+    eleven = sched_options(metrics_retention_minutes=11)
+    async with (
+        scheduling_worker(client, queue.name, handler, queue_options=seven),
+        scheduling_worker(client, queue.name, handler, queue_options=eleven),
+    ):
+        await queue.enqueue_many([(f"j{i}", "x") for i in range(40)])
+        await wait_until(lambda: len(done) == 40)
+    stored = int(await client.execute("HGET", queue.keys.metrics, "retention"))
+    history = await queue.read_metrics(stored)
+    assert sum(h.completed for h in history) == 40
+
+
+async def test_a_worker_without_metrics_beside_recording_ones_warns(
+    client: RedisClient, queue: JobQueue[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    await client.execute("HSET", queue.keys.metrics, "retention", "60")
+
+    async def handler(job: Job[str]) -> Any:
+        return None
+
+    async with scheduling_worker(client, queue.name, handler):
+        pass
+    assert any("its completions are not counted" in r.getMessage() for r in caplog.records), (
+        caplog.text
+    )
+
+
 async def test_without_the_option_nothing_is_recorded(
     client: RedisClient, queue: JobQueue[str]
 ) -> None:
