@@ -223,7 +223,8 @@ async def _retry(client: RedisClient, args: argparse.Namespace) -> int:
         raise ValidationError("--reason goes with --all")
     if args.entries:
         QueueAdmin._dead_ids(args.entries)  # every id checked before any is retried
-    total = len(args.entries) if args.entries else (await admin.summary()).dead_letters
+    summary = await _known(client, admin)  # a mistyped name is refused, not "0 of 0"
+    total = len(args.entries) if args.entries else summary.dead_letters
     retried = scanned = 0
     progress = Progress(
         TextColumn("retrying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -245,6 +246,12 @@ async def _retry(client: RedisClient, args: argparse.Namespace) -> int:
         _print_json({"queue": admin.name, "scanned": scanned, "retried": retried})
     else:
         print(f"retried {retried} of {scanned} dead letters of {admin.name}")
+    if args.entries and retried < len(args.entries):
+        raise CommandFailed(
+            f"{len(args.entries) - retried} of the {len(args.entries)} ids given are not dead "
+            f"letters of {admin.name} (retried or removed already, or mistyped); list them "
+            f"with 'python -m respire_actors dead-letters {admin.name}'"
+        )
     return EXIT_OK
 
 

@@ -150,6 +150,14 @@ async def test_retry_ids_and_all(
     assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     assert await client.execute("XLEN", busy.keys.ready) == ready
     assert (await admin.summary()).dead_letters == 2
+    # ids that are not (or no longer) dead letters: a failure that says what to do (it was
+    # "retried 0 of 1" with exit 0), and a mistyped queue is refused (it was "0 of 0")
+    again = await cli(server_url, anyio_backend, "retry", busy.name, first.dead_id)
+    assert again.returncode == 1, again
+    assert "retried 0 of 1" in again.stdout
+    assert "not dead letters" in again.stderr and "dead-letters" in again.stderr
+    unknown = await cli(server_url, anyio_backend, "retry", busy.name + "-typo", "--all")
+    assert unknown.returncode == 1 and "no job queue named" in unknown.stderr, unknown
 
 
 async def test_pause_resume_and_rate(
