@@ -21,7 +21,7 @@ import anyio
 from .. import tracing
 from ..actors.options import RateLimit, iterate
 from ..codecs import Codec, check_codec
-from ..errors import ValidationError
+from ..errors import RespireError, ValidationError
 from ..keys import partition_name, validate_name
 from ..redis.client import RedisClient
 from .groups import DEFAULT_LEASE, GroupInfo
@@ -29,7 +29,15 @@ from .metrics import MinuteMetrics
 from .model import EnqueueResult, JobStatus, QueueState
 from .options import JobEnqueueOptions, validate_group, validate_job_id
 from .partitioning import check_partition_count, partition_of, validate_partitions
-from .queue import _ENQUEUE, _SPAN, JobQueue, _Prepared, _to_result, run_enqueues
+from .queue import (
+    _ENQUEUE,
+    _SPAN,
+    JobQueue,
+    _Prepared,
+    _to_result,
+    fail_unaccepted,
+    run_enqueues,
+)
 
 T = TypeVar("T")
 
@@ -150,6 +158,7 @@ class PartitionedJobQueue(Generic[T]):
         whole, safe to retry (deduplication); the first error is raised after the rest ran,
         with each job's outcome in its ``partial_results`` (see ``JobQueue.enqueue_many``)."""
         routed: list[tuple[JobQueue[T], _Prepared]] = []
+        error: RespireError | None = None
         with ExitStack() as stack:
             # validate and encode everything before anything is sent
             for i, item in enumerate(iterate(jobs, what="jobs")):
@@ -163,9 +172,16 @@ class PartitionedJobQueue(Generic[T]):
                 queue, m = routed[i]
                 return queue._accepted(m.span, m, _to_result(reply))
 
-            return await run_enqueues(
-                self.client, [(m.script or _ENQUEUE, m.keys, m.args) for _, m in routed], accept
-            )
+            try:
+                return await run_enqueues(
+                    self.client,
+                    [(m.script or _ENQUEUE, m.keys, m.args) for _, m in routed],
+                    accept,
+                )
+            except RespireError as exc:  # a refused job fails its own span, not its neighbours'
+                fail_unaccepted([m.span for _, m in routed], exc)
+                error = exc
+        raise error
 
     async def enqueue_scheduled(
         self,

@@ -100,6 +100,16 @@ async def run_enqueues(
     return [o for o in outcomes if isinstance(o, EnqueueResult)]
 
 
+def fail_unaccepted(spans: Sequence[Span | None], error: RespireError) -> None:
+    """Mark failed the producer spans of a many-call's jobs that were not accepted (an error,
+    or never sent), per ``error.partial_results``; the accepted ones keep their success."""
+    outcomes = error.partial_results
+    for i, span in enumerate(spans):
+        outcome = outcomes[i] if outcomes is not None and i < len(outcomes) else None
+        if not isinstance(outcome, EnqueueResult):
+            tracing.fail(span, outcome if isinstance(outcome, BaseException) else error)
+
+
 def _to_result(reply: Any) -> EnqueueResult:
     entry, new = reply
     return EnqueueResult(_s(entry), bool(int(new)))
@@ -217,12 +227,30 @@ class JobQueue(Generic[T]):
         :class:`EnqueueResult`, the error it got, or None if it was never sent (a connection
         lost on an earlier round trip of 1000 jobs stops the call).
         """
+        return await self._many(
+            jobs, lambda item, i, span: self._prepare(*_pair(item, i), dedup_window, span), _ENQUEUE
+        )
+
+    async def _many(
+        self,
+        jobs: Iterable[Any],
+        prepare: Callable[[Any, int, Span | None], _Prepared],
+        script: Script,
+    ) -> list[EnqueueResult]:
+        """Prepare every job (each with its producer span), then run them pipelined. A job
+        refused by Redis fails its own span only, never its accepted neighbours'."""
+        error: RespireError | None = None
         with ExitStack() as stack:
             prepared = []
             for i, item in enumerate(iterate(jobs, what="jobs")):
                 span = stack.enter_context(tracing.producer_span(_SPAN, self.name))
-                prepared.append(self._prepare(*_pair(item, i), dedup_window, span))
-            return await self._pipelined(_ENQUEUE, prepared)
+                prepared.append(prepare(item, i, span))
+            try:
+                return await self._pipelined(script, prepared)
+            except RespireError as exc:
+                fail_unaccepted([p.span for p in prepared], exc)
+                error = exc
+        raise error
 
     async def _pipelined(
         self, script: Script, prepared: Sequence[_Prepared]
@@ -379,12 +407,10 @@ class JobQueue(Generic[T]):
         up front, not atomic as a whole, safe to retry (deduplication). A refused job does not
         stop the others; the first error is raised after them, with every job's outcome in its
         ``partial_results`` (as :meth:`enqueue_many`)."""
-        with ExitStack() as stack:
-            prepared = []
-            for i, item in enumerate(iterate(jobs, what="jobs")):
-                span = stack.enter_context(tracing.producer_span(_SPAN, self.name))
-                prepared.append(self._prepare_scheduled(*_pair(item, i), options, span))
-            return await self._pipelined(_SCHEDULE, prepared)
+        return await self._many(
+            jobs, lambda item, i, span: self._prepare_scheduled(*_pair(item, i), options, span),
+            _SCHEDULE,
+        )  # fmt: skip
 
     def enqueue_scheduled_in(
         self,

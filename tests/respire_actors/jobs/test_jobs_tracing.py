@@ -28,6 +28,7 @@ from opentelemetry.trace import (
     NonRecordingSpan,
     SpanContext,
     SpanKind,
+    StatusCode,
     TraceFlags,
     format_span_id,
     format_trace_id,
@@ -35,7 +36,8 @@ from opentelemetry.trace import (
 from sched_helpers import sched_options, scheduling_worker
 
 from respire_actors import tracing
-from respire_actors.jobs import ACK, NACK, Job, JobEnqueueOptions, JobQueue
+from respire_actors.errors import QueueFull
+from respire_actors.jobs import ACK, NACK, EnqueueResult, Job, JobEnqueueOptions, JobQueue
 from respire_actors.redis.client import RedisClient
 
 pytestmark = pytest.mark.anyio
@@ -166,6 +168,33 @@ async def test_pipelined_and_scheduled_enqueues_each_get_a_producer_span(
             by_job[job_id].context
         )
         assert (by_job[job_id].attributes or {})["messaging.message.id"] == result.entry_id
+
+
+@pytest.mark.parametrize("scheduled", [False, True], ids=["enqueue_many", "scheduled_many"])
+async def test_a_refused_job_of_a_many_call_fails_only_its_own_span(
+    otel: Otel, queue: JobQueue[str], client: RedisClient, scheduled: bool
+) -> None:
+    """A job refused by the backlog bound used to mark every span of the call failed (the
+    error went through all of them), the accepted jobs' included."""
+    await queue.set_max_backlog(2)
+    jobs = [("a", "1"), ("b", "2"), ("c", "3")]
+    with pytest.raises(QueueFull) as refused:
+        if scheduled:
+            await queue.enqueue_scheduled_many(jobs)
+        else:
+            await queue.enqueue_many(jobs)
+    outcomes = refused.value.partial_results
+    assert outcomes is not None
+    by_job = {(s.attributes or {})["respire.job.id"]: s for s in otel.spans("job enqueue")}
+    for (job_id, _), outcome in zip(jobs, outcomes, strict=True):
+        span = by_job[job_id]
+        if isinstance(outcome, EnqueueResult):
+            assert span.status.status_code is StatusCode.UNSET, job_id
+            assert (span.attributes or {})["messaging.message.id"] == outcome.entry_id
+        else:
+            assert span.status.status_code is StatusCode.ERROR, job_id
+            assert (span.attributes or {})["error.type"] == "QueueFull"
+    assert sum(isinstance(o, EnqueueResult) for o in outcomes) == 2
 
 
 async def test_enqueue_in_a_transaction_carries_the_context(
