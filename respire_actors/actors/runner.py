@@ -42,7 +42,7 @@ from .messages import (
     check_outcome,
 )
 from .runtime import Lease, QueueRuntime, log
-from .telemetry import run_handler
+from .telemetry import HandlerRecord, finish_handler, run_handler
 
 
 def _raised_by_handler() -> bool:
@@ -131,9 +131,13 @@ async def process(
     if budget:
         budget_end = anyio.current_time() + budget
     lease_box: list[Lease] = []
+    record = HandlerRecord()
     try:
-        await _run_and_settle(rt, delivery, arg, label, deadline, budget, budget_end, lease_box)
+        await _run_and_settle(
+            rt, delivery, arg, label, deadline, budget, budget_end, lease_box, record
+        )
     finally:
+        finish_handler(rt, delivery, arg, record)
         # a lease not handed to a completion ends with the handler; one handed over is renewed
         # until the completer has committed it (a commit delayed by an outage or a slot
         # migration must not let the entry be recovered and run again meanwhile)
@@ -151,6 +155,7 @@ async def _run_and_settle(
     budget: float,
     budget_end: float,
     lease_box: list[Lease],
+    record: HandlerRecord,
 ) -> None:
     """Run the handler under its lease, then send its outcome; a Lease registered for it is
     put in ``lease_box`` (the caller discards it unless a completion took it over)."""
@@ -173,7 +178,7 @@ async def _run_and_settle(
             rt.leases.add(lease)
             lease_box.append(lease)
         try:
-            outcome = await run_handler(rt, delivery, arg)
+            outcome = await run_handler(rt, delivery, arg, record)
         except Exception:
             failed = True
             rt.stats.failed += 1
@@ -219,6 +224,8 @@ async def _run_and_settle(
     if scope.cancelled_caught:
         if budget_end <= deadline and anyio.current_time() >= budget_end:
             rt.stats.timed_out += 1
+            record.decided = "timeout"
+            record.error = TimeoutError(f"the handler ran out of its {budget:g}s budget")
             log.warning(
                 "handler for %s ran out of its %.3fs budget on %r (attempt %d); cancelled, "
                 "the nack policy applies",
@@ -237,6 +244,7 @@ async def _run_and_settle(
             return
         # the fixed lease ran out (no renewal), or the handler cancelled its own scope
         arg.lease_lost = True
+        record.decided = "lease-lost"
         rt.stats.leases_lost += 1
         log.warning("%r of %s lost its lease; left pending for recovery", label, rt.name)
         return
@@ -247,6 +255,8 @@ async def _run_and_settle(
         failed = True
         rt.stats.failed += 1
         rt.stats.invalid_outcomes += 1
+        record.decided = "invalid"
+        record.error = TypeError("the handler returned an awaitable without awaiting it")
         log.error(
             "handler for %s returned %r for %r without awaiting it: the work did not run; "
             "treating it as a failure (await it in the handler)",
@@ -266,6 +276,7 @@ async def _run_and_settle(
             failed = True
             rt.stats.failed += 1
             rt.stats.invalid_outcomes += 1
+            record.decided, record.error = "invalid", exc
             log.error(
                 "handler for %s returned an invalid outcome for %r (%s); treating it as a failure",
                 rt.name,

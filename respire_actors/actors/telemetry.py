@@ -69,11 +69,31 @@ def _outcome_name(outcome: object) -> str:
     return "ack" if not isinstance(outcome, type) else "invalid"
 
 
-async def run_handler(rt: QueueRuntime, delivery: Delivery, arg: Any) -> Any:
+class HandlerRecord:
+    """What :func:`run_handler` observed, kept until the runner has decided the outcome and
+    calls :func:`finish_handler` (only the runner can tell a budget timeout from a lost lease,
+    or a returned value it refuses from a success)."""
+
+    __slots__ = ("debug", "decided", "elapsed", "error", "outcome", "result", "span", "started")
+
+    def __init__(self) -> None:
+        self.started = False
+        self.span: Any = None
+        self.result = "returned"
+        # the runner's decision, when it is not what the handler's return or raise says
+        self.decided: str | None = None
+        self.error: BaseException | None = None
+        self.outcome: object = None
+        self.elapsed = 0.0
+        self.debug = False
+
+
+async def run_handler(rt: QueueRuntime, delivery: Delivery, arg: Any, record: HandlerRecord) -> Any:
     """``await rt.handler(arg)`` inside a CONSUMER span (a new root linked to the producer
-    context in the delivery's fields; handler spans are its children), timing it into
-    ``respire.handler.duration``. Returns or raises exactly what the handler did."""
-    debug = log.isEnabledFor(logging.DEBUG)
+    context in the delivery's fields; handler spans are its children), timed. Returns or
+    raises exactly what the handler did; the span stays open for :func:`finish_handler`."""
+    record.started = True
+    debug = record.debug = log.isEnabledFor(logging.DEBUG)
     if debug:
         log.debug(
             "%s: delivering %r (attempt %d)",
@@ -101,49 +121,67 @@ async def run_handler(rt: QueueRuntime, delivery: Delivery, arg: Any) -> Any:
         span = tracing.consumer_span(
             t.span_name, tracing.incoming_link(delivery.fields, t.fields), attributes
         )
+    record.span = span
     token = tracing.activate(span)
-    result = "returned"
-    outcome: object = None
     started = time.perf_counter()
     try:
-        outcome = await rt.handler(arg)
-        return outcome
+        record.outcome = await rt.handler(arg)
+        return record.outcome
     except Exception as exc:
-        result = "raised"
+        record.result = "raised"
         tracing.fail(span, exc)
         raise
     except BaseException as exc:
         if isinstance(exc, anyio.get_cancelled_exc_class() | asyncio.CancelledError):
-            result = "cancelled"
+            record.result = "cancelled"
         else:  # SystemExit, KeyboardInterrupt, a BaseException of the handler's own
-            result = "raised"
+            record.result = "raised"
             tracing.fail(span, exc)
         raise
     finally:
-        elapsed = time.perf_counter() - started
+        record.elapsed = time.perf_counter() - started
         tracing.deactivate(token)
-        name = rt.telemetry.name if rt.telemetry is not None else telemetry_of(rt).name
-        try:
-            handler_duration.record(
-                elapsed, {"respire.telemetry_name": name, "respire.handler.result": result}
-            )
-        except Exception:
-            log.debug("recording the handler duration failed; ignored", exc_info=True)
-        if span is not None or debug:
-            decided = _outcome_name(outcome) if result == "returned" else result
-            if getattr(arg, "lease_lost", False):
-                decided = "lease-lost"
-            if span is not None:
-                tracing.set_attributes(span, {"respire.outcome": decided})
-                tracing.end(span)
-            if debug:
-                log.debug(
-                    "%s: handler for %r ended: %s",
-                    rt.name,
-                    delivery.job_id or delivery.entry_id,
-                    decided,
-                    extra={**fields(rt, delivery, "outcome-decided"), "outcome": decided},
-                )
+
+
+def finish_handler(rt: QueueRuntime, delivery: Delivery, arg: Any, record: HandlerRecord) -> None:
+    """End the handler's span and record its duration, with the runner's decision: its
+    ``decided`` overrides the outcome read off the handler (``timeout``, ``invalid``), and its
+    ``error`` marks the span failed (a budget timeout, a refused return value)."""
+    if not record.started:
+        return
+    decided, error = record.decided, record.error
+    result = record.result
+    if decided == "timeout":
+        result = "timed-out"
+    elif decided == "invalid":
+        result = "raised"
+    name = rt.telemetry.name if rt.telemetry is not None else telemetry_of(rt).name
+    try:
+        handler_duration.record(
+            record.elapsed, {"respire.telemetry_name": name, "respire.handler.result": result}
+        )
+    except Exception:
+        log.debug("recording the handler duration failed; ignored", exc_info=True)
+    span = record.span
+    if span is None and not record.debug:
+        return
+    if decided is None:
+        decided = _outcome_name(record.outcome) if record.result == "returned" else record.result
+    if getattr(arg, "lease_lost", False):
+        decided = "lease-lost"
+    if span is not None:
+        if error is not None:
+            tracing.fail(span, error)
+        tracing.set_attributes(span, {"respire.outcome": decided})
+        tracing.end(span)
+    if record.debug:
+        log.debug(
+            "%s: handler for %r ended: %s",
+            rt.name,
+            delivery.job_id or delivery.entry_id,
+            decided,
+            extra={**fields(rt, delivery, "outcome-decided"), "outcome": decided},
+        )
 
 
 def log_claimed(rt: QueueRuntime, mode: str, deliveries: Sequence[Delivery]) -> None:

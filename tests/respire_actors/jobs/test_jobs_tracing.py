@@ -244,6 +244,65 @@ async def test_processing_is_a_new_root_linked_to_the_enqueue(
     assert attrs["respire.outcome"] == "ack"
 
 
+async def _one_processed(
+    otel: Otel, client: RedisClient, queue: JobQueue[str], handler: Any, **options: Any
+) -> Any:
+    await queue.enqueue("j1", "x")
+    async with running_worker(client, queue.name, handler, options=fast_options(**options)):
+        await wait_until(lambda: bool(otel.spans("job process")))
+    return otel.spans("job process")[0]
+
+
+async def test_a_handler_out_of_its_budget_is_a_failed_timeout_span(
+    otel: Otel, queue: JobQueue[str], client: RedisClient
+) -> None:
+    """A budget timeout was recorded like a shutdown: status unset, outcome cancelled."""
+
+    async def handler(job: Job[str]) -> object:
+        await anyio.sleep(10)
+        return ACK
+
+    span = await _one_processed(otel, client, queue, handler, timeout=0.2, delivery_limit=1)
+    assert span.status.status_code is StatusCode.ERROR
+    assert (span.attributes or {})["error.type"] == "TimeoutError"
+    assert (span.attributes or {})["respire.outcome"] == "timeout"
+
+
+async def test_an_unawaited_return_is_a_failed_invalid_span(
+    otel: Otel, queue: JobQueue[str], client: RedisClient
+) -> None:
+    """The runner treats it as a failure; the span used to say ack."""
+
+    async def work() -> None:
+        pass
+
+    async def handler(job: Job[str]) -> object:
+        return work()  # no await: the work never ran
+
+    span = await _one_processed(otel, client, queue, handler, delivery_limit=1)
+    assert span.status.status_code is StatusCode.ERROR
+    assert (span.attributes or {})["respire.outcome"] == "invalid"
+
+
+async def test_a_fixed_lease_running_out_is_a_lease_lost_span(
+    otel: Otel, queue: JobQueue[str], client: RedisClient
+) -> None:
+    async def handler(job: Job[str]) -> object:
+        await anyio.sleep(10)
+        return ACK
+
+    span = await _one_processed(
+        otel,
+        client,
+        queue,
+        handler,
+        renew_leases=False,
+        visibility_timeout=timedelta(milliseconds=300),
+        recovery_interval=timedelta(seconds=60),
+    )
+    assert (span.attributes or {})["respire.outcome"] == "lease-lost"
+
+
 async def test_an_invalid_incoming_context_is_ignored(
     otel: Otel, queue: JobQueue[str], client: RedisClient
 ) -> None:
