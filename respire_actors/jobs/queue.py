@@ -314,9 +314,35 @@ class JobQueue(Generic[T]):
         """
         if tx.client is not self.client:
             raise ValidationError("the transaction must be created from the queue's own client")
-        with tracing.producer_span(_SPAN, self.name) as span:
-            prepared = self._prepare(job_id, payload, dedup_window, span)
-        return _ENQUEUE.queue_in(tx, prepared.keys, prepared.args, convert=_to_result)
+        return self._queue_in_tx(
+            tx, lambda span: self._prepare(job_id, payload, dedup_window, span), _ENQUEUE
+        )
+
+    def _queue_in_tx(
+        self, tx: Transaction, prepare: Callable[[Span | None], _Prepared], script: Script
+    ) -> Pending[EnqueueResult]:
+        """Queue a prepared enqueue in ``tx``. Its producer span stays open until the
+        transaction ends, to carry the reply (entry id, deduplicated) or its error."""
+        scope = tracing.producer_span(_SPAN, self.name)
+        span = scope.__enter__()
+        try:
+            prepared = prepare(span)
+        except BaseException as exc:
+            scope.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+
+        def done(pending: Pending[EnqueueResult]) -> None:
+            try:
+                if pending.error is None:
+                    self._accepted(span, prepared, pending.result())
+                else:
+                    tracing.fail(span, pending.error)
+            finally:
+                scope.__exit__(None, None, None)
+
+        return (prepared.script or script).queue_in(
+            tx, prepared.keys, prepared.args, convert=_to_result, on_done=done
+        )
 
     # -- scheduled enqueue ------------------------------------------------------------------
     def _prepare_scheduled(
@@ -423,10 +449,9 @@ class JobQueue(Generic[T]):
         :meth:`enqueue_in`); the delay and TTL clocks start when EXEC runs it."""
         if tx.client is not self.client:
             raise ValidationError("the transaction must be created from the queue's own client")
-        with tracing.producer_span(_SPAN, self.name) as span:
-            prepared = self._prepare_scheduled(job_id, payload, options, span)
-        assert prepared.script is not None
-        return prepared.script.queue_in(tx, prepared.keys, prepared.args, convert=_to_result)
+        return self._queue_in_tx(
+            tx, lambda span: self._prepare_scheduled(job_id, payload, options, span), _SCHEDULE
+        )
 
     # -- recurring schedules (jobs/recurring.py) --------------------------------------------
     def scheduler(self, clock: Clock | None = None) -> RecurringScheduler[T]:

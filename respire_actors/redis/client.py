@@ -17,6 +17,7 @@ parsing, one multiplexed auto-pipelined connection per server). The rules of
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -1153,10 +1154,15 @@ class BlockingConnection:
 class Pending(Generic[T]):
     """The result of a command queued in a :class:`Transaction`, readable after commit."""
 
-    __slots__ = ("_convert", "_done", "_error", "_value")
+    __slots__ = ("_convert", "_done", "_error", "_on_done", "_value")
 
-    def __init__(self, convert: Callable[[Any], T] | None = None) -> None:
+    def __init__(
+        self,
+        convert: Callable[[Any], T] | None = None,
+        on_done: Callable[[Pending[T]], None] | None = None,
+    ) -> None:
         self._convert = convert
+        self._on_done = on_done
         self._done = False
         self._value: Any = None
         self._error: BaseException | None = None
@@ -1165,15 +1171,29 @@ class Pending(Generic[T]):
         self._done = True
         if isinstance(value, BaseException):
             self._error = value
-            return
-        try:
-            self._value = self._convert(value) if self._convert else value
-        except Exception as exc:
-            self._error = map_error(exc)
+        else:
+            try:
+                self._value = self._convert(value) if self._convert else value
+            except Exception as exc:
+                self._error = map_error(exc)
+        self._notify()
 
     def _abort(self, error: BaseException) -> None:
         self._done = True
         self._error = error
+        self._notify()
+
+    def _notify(self) -> None:
+        on_done, self._on_done = self._on_done, None
+        if on_done is not None:
+            # an observer (a span, a log line) never changes the result
+            with contextlib.suppress(Exception):
+                on_done(self)
+
+    @property
+    def error(self) -> BaseException | None:
+        """The command's error once the transaction ended (None: it succeeded, or not yet)."""
+        return self._error
 
     @property
     def done(self) -> bool:
@@ -1280,8 +1300,14 @@ class Transaction(AbstractAsyncContextManager["Transaction"]):
             raise _map_reply(str(reply))
         return reply
 
-    def queue(self, *args: Arg, convert: Callable[[Any], T] | None = None) -> Pending[T]:
-        """Queue a command for EXEC; returns its :class:`Pending` result.
+    def queue(
+        self,
+        *args: Arg,
+        convert: Callable[[Any], T] | None = None,
+        on_done: Callable[[Pending[T]], None] | None = None,
+    ) -> Pending[T]:
+        """Queue a command for EXEC; returns its :class:`Pending` result (``on_done`` is called
+        with it once the transaction ended: committed, refused or discarded).
 
         On a cluster client, a command with a key outside the slot of the transaction's
         earlier keys (watched or queued) raises :class:`ValidationError` here, before anything
@@ -1290,7 +1316,7 @@ class Transaction(AbstractAsyncContextManager["Transaction"]):
             raise RuntimeError("the transaction is not open")
         if self._client._router is not None:
             self._check_slot(args)
-        pending: Pending[T] = Pending(convert)
+        pending: Pending[T] = Pending(convert, on_done)
         self._commands.append((tuple(args), pending))
         return pending
 

@@ -68,10 +68,15 @@ class Script:
         return await client.execute(*self.eval_args(keys, args))
 
     def queue_in(
-        self, tx: Transaction, keys: Sequence[str], args: Sequence[Arg], convert: Any = None
+        self,
+        tx: Transaction,
+        keys: Sequence[str],
+        args: Sequence[Arg],
+        convert: Any = None,
+        on_done: Any = None,
     ) -> Pending[Any]:
         """Queue the script in a transaction, as a full EVAL."""
-        return tx.queue(*self.eval_args(keys, args), convert=convert)
+        return tx.queue(*self.eval_args(keys, args), convert=convert, on_done=on_done)
 
 
 async def run_many(

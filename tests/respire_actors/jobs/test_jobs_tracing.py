@@ -207,6 +207,20 @@ async def test_enqueue_in_a_transaction_carries_the_context(
     [span] = otel.spans("job enqueue")
     fields = await envelope(client, queue, result.entry_id)
     assert fields["_respire.trace.parent"] == traceparent(span.context)
+    # the span stays open until EXEC, to carry the reply (it used to end before the commit
+    # with the job id only); a repeat is recorded as deduplicated, a discard as failed
+    assert (span.attributes or {})["messaging.message.id"] == result.entry_id
+    assert (span.attributes or {})["respire.job.deduplicated"] is False
+    async with client.transaction() as tx:
+        again = queue.enqueue_scheduled_in(tx, "j1", "x")
+        assert await tx.commit()
+    assert again.result().enqueued is False
+    async with client.transaction() as tx:
+        queue.enqueue_in(tx, "j2", "x")
+        await tx.discard()
+    _, repeat, discarded = otel.spans("job enqueue")
+    assert (repeat.attributes or {})["respire.job.deduplicated"] is True
+    assert discarded.status.status_code is StatusCode.ERROR
 
 
 async def test_processing_is_a_new_root_linked_to_the_enqueue(
