@@ -649,6 +649,14 @@ def _add_dashboard_parser(
         metavar="NAME",
         help="show this queue (repeat for more; default: every registered queue)",
     )
+    d.add_argument(
+        "--dead-stream",
+        action="append",
+        default=None,
+        metavar="QUEUE=SUFFIX",
+        help="the dead-letter stream override a queue's workers use "
+        "(WorkerOptions(dead_letter_stream=SUFFIX)); repeat for more queues",
+    )
     d.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     d.add_argument("--port", type=int, default=8080, help="port to listen on (8080)")
     d.add_argument(
@@ -676,11 +684,18 @@ async def run_dashboard(args: argparse.Namespace, url: str, phase: dict[str, boo
             f"the dashboard needs the 'dashboard' extra ({exc}): "
             "pip install 'respire-actors[dashboard]'"
         ) from exc
+    dead_streams: dict[str, str] = {}
+    for item in args.dead_stream or ():
+        queue, sep, suffix = item.partition("=")
+        if not sep or not queue or not suffix:
+            raise ConfigurationError(f"--dead-stream takes QUEUE=SUFFIX, got {item!r}")
+        dead_streams[queue] = suffix
     config = config_from_environment(
         queues=tuple(args.queue) if args.queue else None,
         basic_user=args.basic_user,
         read_only=args.read_only,
         show_payloads=args.show_payloads,
+        dead_streams=dead_streams,
     )
     signals_to_stop = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
     with anyio.open_signal_receiver(*signals_to_stop) as signals:

@@ -10,13 +10,12 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ..admin import QueueAdmin
 from ..codecs import BytesCodec
 from ..errors import ValidationError
 from ..jobs import JobQueue
 from . import security
 from .config import TokenAuth
-from .pages import known_summary
+from .pages import known_summary, queue_admin
 from .web import (
     cookie_path,
     dashboard_of,
@@ -79,7 +78,7 @@ async def retry_dead(request: Request) -> Response:
     form = await request.form()
     name = _form_queue(request, form)
     ids = _dead_ids(form)
-    retried = await QueueAdmin(dashboard_of(request).client, name).retry_dead_letters(ids)
+    retried = await queue_admin(request, name).retry_dead_letters(ids)
     log_mutation(request, "retry dead letters", name, ids=ids, retried=retried)
     return redirect(request, "/dead", queue=name, done=f"retried {retried} of {len(ids)}")
 
@@ -89,7 +88,7 @@ async def delete_dead(request: Request) -> Response:
     form = await request.form()
     name = _form_queue(request, form)
     ids = _dead_ids(form)
-    deleted = await QueueAdmin(dashboard_of(request).client, name).delete_dead_letters(ids)
+    deleted = await queue_admin(request, name).delete_dead_letters(ids)
     log_mutation(request, "delete dead letters", name, ids=ids, deleted=deleted)
     return redirect(request, "/dead", queue=name, done=f"deleted {deleted} of {len(ids)}")
 

@@ -6,7 +6,9 @@ Everything is validated when the settings are built, before a server starts.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from ..errors import ValidationError
 from ..keys import validate_name
@@ -60,6 +62,9 @@ class DashboardConfig:
     secret:          the key that signs CSRF tokens and session cookies; default a random key
                      per process (sessions end at restart: set it when several processes serve
                      the same dashboard)
+    dead_streams:    queue name -> the dead-letter stream suffix its workers use
+                     (``WorkerOptions(dead_letter_stream=...)``), for queues that override it:
+                     their dead letters are shown, counted, retried and deleted there
     """
 
     auth: Auth | None = None
@@ -70,6 +75,7 @@ class DashboardConfig:
     metrics_minutes: int = 60
     live_interval: float = 2.0
     secret: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
+    dead_streams: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.auth is not None and not isinstance(self.auth, TokenAuth | BasicAuth):
@@ -92,6 +98,16 @@ class DashboardConfig:
             raise ValidationError("live_interval must be a number of seconds from 0.2 to 60")
         if not isinstance(self.secret, bytes) or len(self.secret) < 16:
             raise ValidationError("secret must be bytes, at least 16 of them")
+        if not isinstance(self.dead_streams, Mapping):
+            raise ValidationError("dead_streams must map queue names to dead-letter suffixes")
+        for queue, suffix in self.dead_streams.items():
+            validate_name(queue)
+            validate_name(suffix, what="dead-letter stream suffix")
+        object.__setattr__(self, "dead_streams", MappingProxyType(dict(self.dead_streams)))
+
+    def dead_stream(self, queue: str) -> str | None:
+        """The dead-letter stream suffix of ``queue`` (None: the default one)."""
+        return self.dead_streams.get(queue)
 
 
 def _int_in(value: object, what: str, low: int, high: int) -> None:

@@ -25,8 +25,9 @@ def _queue(request: Request, name: str) -> JobQueue[bytes]:
     return JobQueue(dashboard_of(request).client, name, BytesCodec())
 
 
-def _admin(request: Request, name: str) -> QueueAdmin:
-    return QueueAdmin(dashboard_of(request).client, name)
+def queue_admin(request: Request, name: str) -> QueueAdmin:
+    dead_stream = config_of(request).dead_stream(name)
+    return QueueAdmin(dashboard_of(request).client, name, dead_stream=dead_stream)
 
 
 def _count(request: Request) -> int:
@@ -51,7 +52,7 @@ async def summaries(request: Request, names: Sequence[str]) -> dict[str, Any]:
     found: dict[str, Any] = {}
 
     async def one(name: str) -> None:
-        found[name] = await _admin(request, name).summary()
+        found[name] = await queue_admin(request, name).summary()
 
     async with anyio.create_task_group() as tg:
         for name in names:
@@ -63,7 +64,7 @@ async def known_summary(request: Request, name: str) -> QueueSummary:
     """The queue's summary; raises :class:`~.web.NotFound` for a queue that is neither shown by
     configuration nor registered and holds nothing, so a typo in a link cannot create state
     (the rule of the operator commands)."""
-    summary = await _admin(request, name).summary()
+    summary = await queue_admin(request, name).summary()
     if config_of(request).queues is not None:
         return summary  # queue_param already checked the allow-list
     empty = not (summary.ready or summary.dead_letters or summary.scheduled or summary.paused)
@@ -103,7 +104,7 @@ async def overview(request: Request) -> Response:
 @page
 async def queue_detail(request: Request) -> Response:
     name = queue_param(request)
-    admin = _admin(request, name)
+    admin = queue_admin(request, name)
     pending_start = request.query_params.get("pending", "-")
     scheduled_cursor = request.query_params.get("scheduled") or None
     count = _count(request)
@@ -136,7 +137,7 @@ async def job_detail(request: Request) -> Response:
     entry_id = request.query_params.get("entry")
     if not entry_id:
         raise ValidationError("the entry parameter (a stream entry id) is missing")
-    job = await _admin(request, name).job(entry_id)
+    job = await queue_admin(request, name).job(entry_id)
     fields: list[tuple[str, Any]] = []
     payload = None
     events: Sequence[Any] = ()
@@ -166,7 +167,7 @@ async def dead_letters(request: Request) -> Response:
     name = queue_param(request)
     before = request.query_params.get("before") or None
     reason = request.query_params.get("reason") or None
-    result = await _admin(request, name).dead_letters(
+    result = await queue_admin(request, name).dead_letters(
         before=before, count=_count(request), reason=reason
     )
     rows = [(row, _payload_view(request, row.payload)) for row in result.rows]
@@ -288,6 +289,7 @@ __all__ = [
     "job_detail",
     "overview",
     "queue_detail",
+    "queue_admin",
     "queue_names",
     "summaries",
 ]

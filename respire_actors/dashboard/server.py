@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import anyio
@@ -100,6 +101,7 @@ def config_from_environment(
     basic_user: str | None,
     read_only: bool,
     show_payloads: bool,
+    dead_streams: Mapping[str, str] | None = None,
 ) -> DashboardConfig:
     """The command line's settings: auth and the signing secret come from the environment
     (never from arguments, which other users of the machine can see)."""
@@ -115,7 +117,11 @@ def config_from_environment(
     elif token is not None:
         auth = TokenAuth(token)
     config = DashboardConfig(
-        auth=auth, queues=queues, read_only=read_only, show_payloads=show_payloads
+        auth=auth,
+        queues=queues,
+        read_only=read_only,
+        show_payloads=show_payloads,
+        dead_streams=dict(dead_streams or {}),
     )
     secret = os.environ.get(SECRET_ENV)
     return replace(config, secret=secret.encode()) if secret else config

@@ -17,7 +17,7 @@ import pytest
 from dashboard_helpers import csrf_of, http, worker_running
 from helpers.acl import acl_denials, acl_user
 from helpers.servers import ValkeyProcess
-from jobs_helpers import wait_until, wait_until_async
+from jobs_helpers import fast_options, running_worker, wait_until, wait_until_async
 
 from respire_actors.acl import acl_rules
 from respire_actors.admin import QueueAdmin, register_queue
@@ -25,6 +25,7 @@ from respire_actors.codecs import StrCodec
 from respire_actors.dashboard import BasicAuth, DashboardConfig, TokenAuth
 from respire_actors.dashboard.formatting import counts
 from respire_actors.dashboard.security import CSRF_COOKIE, csrf_token
+from respire_actors.errors import ValidationError
 from respire_actors.jobs import DeadLetter, FlowNode, Job, JobEnqueueOptions, JobQueue, Outcome
 from respire_actors.keys import JobQueueKeys
 from respire_actors.redis.client import RedisClient, connect
@@ -286,6 +287,38 @@ async def test_dead_letter_retry_and_delete(client: RedisClient, unique_name: st
         await wait_until(lambda: len(seen) == 1)
         await anyio.sleep(0.3)  # time for a wrongly retried dead-2 to show up as well
     assert seen == [("dead-1", "p1")]
+
+
+async def test_a_dead_letter_stream_override_is_shown_and_retried(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Dead letters in a stream the workers override were invisible (and so never retried):
+    the dashboard always used the default stream."""
+    name = unique_name
+    queue = JobQueue(client, name, StrCodec())
+    await register_queue(client, name)
+
+    async def dead(job: Job[str]) -> Outcome:
+        return DeadLetter(detail="poison")
+
+    options = fast_options(dead_letter_stream="poison")
+    async with running_worker(client, name, dead, options=options) as worker:
+        await queue.enqueue("p-1", "x")
+        await wait_until(lambda: worker.statistics(name).dead_lettered == 1)
+    admin = QueueAdmin(client, name, dead_stream="poison")
+    [row] = (await admin.dead_letters()).rows
+    config = DashboardConfig(dead_streams={name: "poison"})
+    async with http(client, config) as h:
+        page = await h.get("/dead", params={"queue": name})
+        assert page.status_code == 200 and row.dead_id in page.text
+        token = csrf_of(page.text)
+        retried = await h.post(
+            "/dead/retry", data={"queue": name, "id": row.dead_id, "csrf": token}
+        )
+        assert "retried+1+of+1" in retried.headers["location"]
+    assert (await admin.summary()).dead_letters == 0
+    with pytest.raises(ValidationError):
+        DashboardConfig(dead_streams={name: "bad{suffix}"})
 
 
 async def test_queue_allow_list(client: RedisClient, unique_name: str) -> None:
