@@ -551,6 +551,17 @@ class Supervisor:
             )
             failure.__cause__ = exc
             run.error = failure
+        except BaseExceptionGroup as group:
+            # the same, raised inside the child's own task group (it arrives wrapped)
+            own, rest = group.split(asyncio.CancelledError)
+            if own is None or rest is not None or not _raised_by_child():
+                raise
+            failure = RuntimeError(
+                f"child {spec.name!r} raised CancelledErrors of its own in a task group: "
+                "treated as a failure"
+            )
+            failure.__cause__ = group
+            run.error = failure
         finally:
             run.done.set()
             if run.ready:

@@ -360,3 +360,49 @@ async def test_a_childs_own_cancelled_error_is_a_failure_not_a_stop() -> None:
         assert sup.state.value == "running"
         await sup.stop()
     assert events == ["victim 0", "victim 1", "sibling stopped gracefully"]
+
+
+async def test_a_childs_own_cancelled_error_inside_its_task_group_is_a_failure() -> None:
+    """The same raised inside the child's own task group arrives wrapped in a group: under
+    trio it used to end the whole tree (every sibling killed, run raising the group). (On
+    asyncio, anyio's task group takes a subtask's CancelledError for a cancellation and never
+    raises it: nothing reaches the supervisor.)"""
+    import asyncio
+
+    if anyio.get_cancelled_exc_class() is asyncio.CancelledError:
+        pytest.skip("asyncio: the child's task group swallows it; nothing to supervise")
+
+    from supervisors import ChildSpec as Spec
+    from supervisors import Supervisor as Sup
+    from supervisors import current_child as child
+
+    events: list[str] = []
+
+    async def sibling(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        task_status.started()
+        await child().wait_stop_requested()
+        events.append("sibling stopped gracefully")
+
+    async def raises_own() -> None:
+        await anyio.sleep(0.01)
+        raise asyncio.CancelledError("its own")
+
+    async def victim(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        ctx = child()
+        events.append(f"victim {ctx.restart_count}")
+        task_status.started()
+        if ctx.restart_count == 0:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(raises_own)
+                await anyio.sleep_forever()
+        await ctx.wait_stop_requested()
+
+    sup = Sup("sup", [Spec("sibling", sibling), Spec("victim", victim)], backoff=None)
+    async with anyio.create_task_group() as tg:
+        await tg.start(sup.run)
+        with anyio.fail_after(5):
+            while "victim 1" not in events:  # noqa: ASYNC110 - the restart is awaited
+                await anyio.sleep(0.01)
+        assert sup.state.value == "running"
+        await sup.stop()
+    assert events == ["victim 0", "victim 1", "sibling stopped gracefully"]
