@@ -34,7 +34,8 @@ async def batch_gate(rt: QueueRuntime, delivery: Delivery) -> Completion | None:
     batch_id = raw.decode("utf-8", "surrogateescape")
     # with the job id: a dead-letter replay of a finished member runs as an independent job
     if await cancellation_requested(rt.client, rt.keys_for(delivery), batch_id, delivery.job_id):
-        return Completion(delivery, "cancelled")
+        # with result retention its record says cancelled, so result() and status() know
+        return Completion(delivery, "cancelled", keep_ms=rt.options.keep_results_ms)
     return None
 
 

@@ -228,7 +228,8 @@ class JobSource:
         finish = [
             i
             for i, c in enumerate(batch)
-            if c.kind in ("ack", "dead") and (c.keep_ms or c.detail or c.flow_result is not None)
+            if (c.kind in ("ack", "dead") and (c.keep_ms or c.detail or c.flow_result is not None))
+            or (c.kind == "cancelled" and c.keep_ms)
         ]
         others = [
             i for i, c in enumerate(batch) if c.kind not in ("retry", "release") and i not in finish

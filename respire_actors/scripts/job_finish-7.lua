@@ -13,7 +13,8 @@
 -- ARGV[2]  consumer name
 -- ARGV[3]  entry id
 -- ARGV[4]  attempt (delivery count)
--- ARGV[5]  kind: 'ack' or 'dead'
+-- ARGV[5]  kind: 'ack', 'dead' or 'cancelled' (a batch member skipped because its batch's
+--          cancellation was requested: a cancelled event and a cancelled record)
 -- ARGV[6]  dead-letter reason ('' for ack)
 -- ARGV[7]  job id
 -- ARGV[8]  dead-letter detail ('' for none; stored as _respire.detail and in the record)
@@ -49,7 +50,9 @@ local leases, owners, parked = KEYS[5], KEYS[6], KEYS[7]
 local group, consumer, entry, attempt = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local kind, reason, job_id, detail = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
 local keep, state, result = tonumber(ARGV[9]), ARGV[10], ARGV[11]
-if (#ARGV ~= 12 and #ARGV ~= 14 and #ARGV ~= 15) or (kind ~= 'ack' and kind ~= 'dead') or not keep or keep < 0
+if (#ARGV ~= 12 and #ARGV ~= 14 and #ARGV ~= 15)
+   or (kind ~= 'ack' and kind ~= 'dead' and kind ~= 'cancelled') or not keep or keep < 0
+   or (kind == 'cancelled' and state ~= '')
    or keep > 2147483647 or keep % 1 ~= 0 or #detail > 1024
    or (state ~= '' and state ~= 'value' and state ~= 'result-too-large'
        and state ~= 'result-unencodable') or (state ~= 'value' and result ~= '') then
@@ -95,7 +98,7 @@ if perr then return perr end
 
 -- a batch member finishing after its batch's cancellation was requested counts as cancelled
 -- whatever it returned: its event and record say so, no dead letter, no metrics
-local cancelled = plan and plan.as_cancelled
+local cancelled = (plan and plan.as_cancelled) or kind == 'cancelled'
 local appended_events, appended_dead = nil, nil
 if cancelled then
   appended_events = redis.call('XADD', events, '*', unpack(respire_coord_tag(c,
@@ -146,5 +149,5 @@ elseif kind == 'ack' then
 else
   respire_metrics_record(ready, retention, 0, 1)
 end
-if cancelled then return 3 end
+if cancelled and kind ~= 'cancelled' then return 3 end
 return 1

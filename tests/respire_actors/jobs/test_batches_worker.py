@@ -560,3 +560,37 @@ async def test_a_member_running_when_its_batch_is_cancelled_is_cancelled_everywh
         with pytest.raises(JobResultUnavailable) as raised:
             await queue.result("m", timeout=1)
         assert raised.value.problem == "cancelled"
+
+
+async def test_a_member_skipped_after_cancellation_keeps_a_cancelled_record(
+    client: RedisClient, unique_name: str
+) -> None:
+    """A member whose batch was cancelled before it started is skipped; with keep_results it
+    kept no record, so a result() called after the skip waited for its whole timeout."""
+    from respire_actors.errors import JobResultUnavailable
+
+    queue = JobQueue(client, unique_name, StrCodec())
+    batch = await queue.create_batch(batch_id="B")
+    await queue.add_many_to_batch(batch, [(f"m{i}", "x") for i in range(3)])
+    assert await queue.cancel_batch(batch)
+    runs: list[str] = []
+
+    async def handler(job: Job[str]) -> Any:
+        runs.append(job.id)
+        return ACK
+
+    options = fast_options(keep_results=timedelta(minutes=1))
+    async with running_worker(client, queue.name, handler, options=options) as worker:
+
+        async def done() -> bool:
+            return (await queue.batch_status(batch)).completed
+
+        await wait_until_async(done, timeout=10)
+        stats = worker.statistics(queue.name)
+    assert runs == [] and stats.cancelled == 3
+    for i in range(3):
+        with anyio.fail_after(2), pytest.raises(JobResultUnavailable) as raised:
+            await queue.result(f"m{i}", timeout=30)
+        assert raised.value.problem == "cancelled"
+    kinds = [e.kind for e in await all_events(client, queue.keys) if e.job_id.startswith("m")]
+    assert kinds == ["cancelled"] * 3
