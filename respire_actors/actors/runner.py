@@ -42,7 +42,7 @@ from .messages import (
     check_outcome,
 )
 from .runtime import Lease, QueueRuntime, log
-from .telemetry import HandlerRecord, finish_handler, run_handler
+from .telemetry import HandlerRecord, finish_handler, is_cancellation, run_handler
 
 
 def _raised_by_handler() -> bool:
@@ -58,14 +58,6 @@ def _raised_by_handler() -> bool:
         return True  # trio
     task = asyncio.current_task()
     return task is not None and task.cancelling() == 0
-
-
-def is_cancellation(exc: BaseException) -> bool:
-    """Whether ``exc`` is the backend's cancellation, or a group of nothing else."""
-    cancelled = anyio.get_cancelled_exc_class()
-    if isinstance(exc, BaseExceptionGroup):
-        return exc.split(cancelled)[1] is None
-    return isinstance(exc, cancelled)
 
 
 async def process(

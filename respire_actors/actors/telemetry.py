@@ -69,6 +69,15 @@ def _outcome_name(outcome: object) -> str:
     return "ack" if not isinstance(outcome, type) else "invalid"
 
 
+def is_cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` is the backend's cancellation, or a group of nothing else (a trio
+    nursery cancelled from outside raises its Cancelled wrapped in one)."""
+    cancelled = anyio.get_cancelled_exc_class()
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(cancelled)[1] is None
+    return isinstance(exc, cancelled)
+
+
 class HandlerRecord:
     """What :func:`run_handler` observed, kept until the runner has decided the outcome and
     calls :func:`finish_handler` (only the runner can tell a budget timeout from a lost lease,
@@ -132,7 +141,7 @@ async def run_handler(rt: QueueRuntime, delivery: Delivery, arg: Any, record: Ha
         tracing.fail(span, exc)
         raise
     except BaseException as exc:
-        if isinstance(exc, anyio.get_cancelled_exc_class() | asyncio.CancelledError):
+        if is_cancellation(exc) or isinstance(exc, asyncio.CancelledError):
             record.result = "cancelled"
         else:  # SystemExit, KeyboardInterrupt, a BaseException of the handler's own
             record.result = "raised"

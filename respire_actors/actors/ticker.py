@@ -96,6 +96,7 @@ async def run_ticker(
     # ticks committed since window_start: a catch-up backlog drains at up to max_ticks per
     # poll interval, in as many passes as that takes
     window_start, window_ticks = clock.now(), 0
+    follow_up = False
     while not ctx.stop_requested:
         started = clock.now()
         if started >= window_start + poll:
@@ -104,7 +105,10 @@ async def run_ticker(
         try:
             # a pass is two round trips; finishing it keeps the counters honest at shutdown
             with anyio.CancelScope(shield=True):
-                done = await scheduler.run_pass(max_ticks)
+                # a follow-up pass (draining a backlog) has what is left of the interval's
+                # budget; any other pass the whole budget (it must see the schedules due)
+                budget = max_ticks - window_ticks if follow_up else max_ticks
+                done = await scheduler.run_pass(max(1, budget))
         except Exception as exc:  # a failed pass must never crash the tree
             stats.failed_passes += 1
             log.warning(
@@ -121,7 +125,9 @@ async def run_ticker(
             if result.enqueued and window_ticks < max_ticks:
                 with ctx.stop_scope():
                     await anyio.lowlevel.checkpoint()
+                follow_up = True
                 continue  # behind, and this interval's budget is not spent: go on
             wake = window_start + poll
+        follow_up = False
         with ctx.stop_scope():
             await clock.sleep_until(wake)

@@ -325,11 +325,6 @@ class JobQueue(Generic[T]):
         transaction ends, to carry the reply (entry id, deduplicated) or its error."""
         scope = tracing.producer_span(_SPAN, self.name)
         span = scope.__enter__()
-        try:
-            prepared = prepare(span)
-        except BaseException as exc:
-            scope.__exit__(type(exc), exc, exc.__traceback__)
-            raise
 
         def done(pending: Pending[EnqueueResult]) -> None:
             try:
@@ -340,9 +335,14 @@ class JobQueue(Generic[T]):
             finally:
                 scope.__exit__(None, None, None)
 
-        return (prepared.script or script).queue_in(
-            tx, prepared.keys, prepared.args, convert=_to_result, on_done=done
-        )
+        try:
+            prepared = prepare(span)
+            return (prepared.script or script).queue_in(
+                tx, prepared.keys, prepared.args, convert=_to_result, on_done=done
+            )
+        except BaseException as exc:  # refused before it was queued: the span ends now
+            scope.__exit__(type(exc), exc, exc.__traceback__)
+            raise
 
     # -- scheduled enqueue ------------------------------------------------------------------
     def _prepare_scheduled(

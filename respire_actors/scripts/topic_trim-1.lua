@@ -13,7 +13,7 @@
 -- policy cutoff and all boundaries. Because the whole procedure is one script, subscriptions
 -- cannot be created, removed or repositioned between the inventory and the trim. Afterwards
 -- every protected boundary is verified to still exist.
--- A length limit costs the entries out of it (see below), never the entries kept.
+-- A length limit costs at most the smaller of the entries out of it and max_len (see below).
 -- Returns {entries removed, exact MINID cutoff used, policy cutoff, names of the
 --          subscriptions that held the cutoff below the policy...}; {0, '', ''} when the stream
 --          does not exist or no entry is out of policy.
@@ -58,13 +58,21 @@ end
 local groups, boundary, protected = respire_trim_inventory(stream)
 
 if max_len then
-  -- The length cutoff is the first entry after the oldest (XLEN - max_len): found by walking
-  -- from the oldest end a page at a time, so the cost is that of the entries out of policy
-  -- (nothing when the stream is within its length), never of the entries kept. The walk stops
-  -- early once past every subscription's protected ids: the cut is then theirs whatever the
-  -- exact length cutoff, and the policy cutoff reported is the id reached (a lower bound).
+  -- The length cutoff is the first entry after the oldest (XLEN - max_len). It is found from
+  -- whichever end is nearer, so a call costs at most the smaller of the entries out of policy
+  -- and max_len (nothing when the stream is within its length). From the oldest end the walk
+  -- goes a page at a time and stops early once past every subscription's protected ids: the
+  -- cut is then theirs whatever the exact length cutoff, and the policy cutoff reported is the
+  -- id reached (a lower bound).
   local excess = redis.call('XLEN', stream) - max_len
-  if excess > 0 then
+  if excess > 0 and max_len <= excess then
+    local newest = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', max_len + 1)
+    if max_len == 0 then
+      policy = later(policy, respire_id_next(newest[1][1]))
+    else
+      policy = later(policy, newest[max_len][1])
+    end
+  elseif excess > 0 then
     local top = nil
     for _, g in ipairs(groups) do
       for _, id in ipairs({g.lowest, g.nxt}) do
@@ -85,12 +93,7 @@ if max_len then
         start = '(' .. last
       end
     end
-    if found then
-      policy = later(policy, found)
-    else -- max_len == 0 and every entry is out of policy: beyond the newest
-      local newest = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)
-      policy = later(policy, respire_id_next(newest[1][1]))
-    end
+    if found then policy = later(policy, found) end
   end
 end
 if policy == nil then

@@ -115,6 +115,33 @@ async def test_a_catch_up_backlog_of_one_schedule_drains_within_the_pass_budget(
     assert sorted(j.tick for j in seen if j.tick) == [T0 + k * HOUR for k in range(1, 6)]
 
 
+async def test_follow_up_passes_never_exceed_the_interval_budget(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """Each follow-up pass asked for the whole budget again: with three schedules behind and
+    a budget of 4, an interval committed 6 ticks."""
+    clock = FakeClock(T0)
+    options = RecurringOptions(
+        poll_interval=timedelta(minutes=1), max_ticks_per_pass=4, clock=clock
+    )
+    scheduler = queue.scheduler(clock=clock)
+    for sid in ("a", "b", "c"):
+        await scheduler.upsert(sid, "x", interval=HOUR, missed=CATCH_UP)
+    seen: list[Job[str]] = []
+    clock.advance(10 * HOUR)
+    async with hosted(client, queue.name, options, seen):
+        with anyio.fail_after(10):
+            await wait_until(lambda: len(seen) == 4)
+            await clock.wait_for_sleepers(1)
+            await anyio.sleep(0.3)
+            assert len(seen) == 4  # the interval's budget, then the next interval
+            clock.advance(timedelta(minutes=1))
+            await wait_until(lambda: len(seen) == 8)
+            await clock.wait_for_sleepers(1)
+            await anyio.sleep(0.3)
+            assert len(seen) == 8
+
+
 async def test_a_failed_pass_is_logged_and_retried_without_crashing_the_tree(
     client: RedisClient, queue: JobQueue[str], caplog: pytest.LogCaptureFixture
 ) -> None:

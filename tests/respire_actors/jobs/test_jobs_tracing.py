@@ -221,6 +221,12 @@ async def test_enqueue_in_a_transaction_carries_the_context(
     _, repeat, discarded = otel.spans("job enqueue")
     assert (repeat.attributes or {})["respire.job.deduplicated"] is True
     assert discarded.status.status_code is StatusCode.ERROR
+    # refused before it was queued (the transaction is over): its span ends at once, failed
+    with pytest.raises(RuntimeError):
+        queue.enqueue_in(tx, "j3", "x")
+    refused = otel.spans("job enqueue")[-1]
+    assert (refused.attributes or {})["respire.job.id"] == "j3"
+    assert (refused.attributes or {})["error.type"] == "RuntimeError"
 
 
 async def test_processing_is_a_new_root_linked_to_the_enqueue(
@@ -296,6 +302,35 @@ async def test_an_unawaited_return_is_a_failed_invalid_span(
     span = await _one_processed(otel, client, queue, handler, delivery_limit=1)
     assert span.status.status_code is StatusCode.ERROR
     assert (span.attributes or {})["respire.outcome"] == "invalid"
+
+
+async def test_a_trio_nursery_handler_cancelled_at_shutdown_is_a_cancelled_span(
+    otel: Otel, queue: JobQueue[str], client: RedisClient, anyio_backend: str
+) -> None:
+    """A trio nursery cancelled from outside raises its Cancelled wrapped in a group: it was
+    recorded as a failure (ERROR, outcome raised)."""
+    if anyio_backend != "trio":
+        pytest.skip("a trio nursery")
+    import trio
+
+    started = anyio.Event()
+
+    async def handler(job: Job[str]) -> object:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.sleep, 30)
+            started.set()
+            await trio.sleep(30)
+        return ACK
+
+    await queue.enqueue("j1", "x")
+    options = fast_options(shutdown_grace=timedelta(milliseconds=300))
+    async with running_worker(client, queue.name, handler, options=options):
+        with anyio.fail_after(10):
+            await started.wait()
+    await wait_until(lambda: bool(otel.spans("job process")))
+    [span] = otel.spans("job process")
+    assert span.status.status_code is StatusCode.UNSET
+    assert (span.attributes or {})["respire.outcome"] == "cancelled"
 
 
 async def test_a_fixed_lease_running_out_is_a_lease_lost_span(

@@ -210,13 +210,14 @@ async def test_trim_protects_the_start_of_a_new_subscription(
     assert await entry_ids(client, topic.stream_key) == ids[2:]
 
 
-@pytest.mark.parametrize("keep", [1500, 1499, 1501, 2499, 0])
+@pytest.mark.parametrize("keep", [1500, 1499, 1501, 2499, 1250, 1249, 1, 0])
 async def test_a_length_trim_across_pages_keeps_exactly_the_newest(
     client: RedisClient, topic: ReliableTopic[str], keep: int
 ) -> None:
-    """The length cutoff is found from the oldest end a page (1,000 entries) at a time (it
-    used to read every entry kept, newest first, into one script call: seconds on a long
-    topic, even with nothing to remove)."""
+    """The length cutoff is found from the nearer end: newest first when the limit is the
+    smaller count, else from the oldest a page (1,000 entries) at a time (it used to read
+    every entry kept, newest first, into one script call: seconds on a long topic with a
+    large limit, even with nothing to remove)."""
     ids: list[str] = []
     for start in range(0, 2500, 500):
         ids += await topic.publish_many([str(i) for i in range(start, start + 500)])
@@ -241,6 +242,10 @@ async def test_a_length_trim_held_by_a_subscription_stops_at_its_boundary(
     result = await topic.trim(max_length=100)
     assert (result.removed, result.cutoff, result.held_by) == (10, ids[10], ("s",))
     assert await entry_ids(client, topic.stream_key) == ids[10:]
+    # a large limit, counted from the oldest end: the walk stops past the boundary
+    assert await sub.ack_many(batch[10:15]) == [True] * 5
+    held = await topic.trim(max_length=2000)
+    assert (held.removed, held.cutoff, held.held_by) == (5, ids[15], ("s",))
 
 
 async def test_trim_by_age_and_min_id(client: RedisClient, topic: ReliableTopic[str]) -> None:
