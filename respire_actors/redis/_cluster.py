@@ -46,6 +46,10 @@ class ClusterRouter:
         self._pool_size = pool_size
         self._slots: list[Address | None] = [None] * CLUSTER_SLOTS
         self._primaries: list[Address] = []
+        # where keyless commands go: the node that last answered CLUSTER SLOTS (it was up), or
+        # after a failure there, the next primary (never always the first one: with the owner
+        # of slot 0 down, no keyless command, and so no connect(), could succeed)
+        self._keyless: Address | None = None
         self._nodes: dict[Address, Multiplexed] = {}
         self._pools: dict[Address, DedicatedPool] = {}
         self._lock = anyio.Lock()
@@ -73,9 +77,20 @@ class ClusterRouter:
             address = self._slots[slot]
             if address is not None:
                 return address
-        if self._primaries:
-            return self._primaries[0]
-        return self._seeds[0]
+        return self.keyless_candidates()[0]
+
+    def keyless_candidates(self) -> list[Address]:
+        """Where to send a command with no key, in order: the preferred node first, then the
+        other primaries, then the seeds."""
+        order = [self._keyless] if self._keyless is not None else []
+        return list(dict.fromkeys([*order, *self._primaries, *self._seeds]))
+
+    def keyless_failed(self, address: Address) -> None:
+        """A keyless command could not reach ``address``: prefer the next candidate."""
+        candidates = self.keyless_candidates()
+        if address in candidates and len(candidates) > 1:
+            self._keyless = candidates[(candidates.index(address) + 1) % len(candidates)]
+        self._stale = True
 
     def nodes(self) -> list[Multiplexed]:
         return list(self._nodes.values())
@@ -113,6 +128,7 @@ class ClusterRouter:
                     errors.append(f"{address[0]}:{address[1]}: {reply}")
                     continue
                 self._load(reply, address)
+                self._keyless = address
                 self._stale = False
                 self.refreshes += 1
                 return

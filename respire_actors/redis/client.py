@@ -673,6 +673,23 @@ class RedisClient:
         indices = key_indices(command_name(args[0]), rest)
         return key_slot(rest[indices[0]]) if indices else None
 
+    async def _keyless(self, payload: bytes, count: int, shielded: bool) -> Any:
+        """A command with no key on a cluster: any node can answer it, so a node that cannot
+        be reached is passed over for the next (our keyless commands, COMMAND INFO, TIME,
+        PING, read or are safe to repeat)."""
+        router = self._router
+        assert router is not None
+        await router.route(None)  # reload a stale map first
+        failure: RedisUnavailable | None = None
+        for address in router.keyless_candidates():
+            try:
+                return await router.node(address).request(payload, count, shielded=shielded)
+            except RedisUnavailable as exc:
+                router.keyless_failed(address)
+                failure = failure or exc
+        assert failure is not None
+        raise failure
+
     async def _shared(self, slot: int | None, payload: bytes, count: int, shielded: bool) -> Any:
         """Send on the shared connection (of the slot's node); follow cluster redirections
         for a single command (``count == 1``)."""
@@ -681,6 +698,8 @@ class RedisClient:
             assert self._main is not None
             replies = await self._main.request(payload, count, shielded=shielded)
             return replies
+        if slot is None:
+            return await self._keyless(payload, count, shielded)
         address = await router.route(slot)
         deadline: float | None = None
         backoff = 0.005

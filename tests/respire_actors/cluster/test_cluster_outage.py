@@ -164,3 +164,25 @@ async def test_an_outage_of_one_master_stops_only_its_own_queue(
 
 async def _drained(client: RedisClient, queue: JobQueue[str]) -> bool:
     return await pending(client, queue) == 0
+
+
+async def test_a_client_connects_while_the_owner_of_slot_zero_is_down(
+    three_masters: Cluster, unique_name: str
+) -> None:
+    """Keyless commands (the COMMAND INFO of connect(), the sampler's TIME) always went to the
+    first primary of the slot map, the owner of slot 0: while it was down no worker, producer
+    or operator command could even connect, though the other masters served their slots."""
+    first = three_masters.owner_of(0)
+    live = [n for n in three_masters.nodes if n is not first]
+    names = [
+        n
+        for n in names_on_distinct_masters(three_masters, unique_name)
+        if three_masters.owner_of(key_slot(JobQueueKeys(n).ready)) is not first
+    ]
+    os.kill(first.pid, signal.SIGKILL)
+    url = "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in live)
+    with anyio.fail_after(20):
+        async with connect(url) as client:
+            assert await client.time_ms() > 0
+            queue = JobQueue(client, names[0], StrCodec())
+            assert (await queue.enqueue("a", "x")).enqueued
