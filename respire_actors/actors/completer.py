@@ -8,6 +8,8 @@ its mailbox before returning, so handlers that finished are committed.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -25,15 +27,20 @@ from ..errors import (
 from .intake import group_lost
 from .messages import MAX_DETAIL_BYTES, Completion, Delivery
 from .runtime import QueueRuntime, log
+from .source import PartlyUnavailable
 from .telemetry import observe_commits
 
 MAX_BATCH = 256
+DEFERRED = -3
+"""Commit status: not committed yet, its node unreachable; retried apart (see ``commit``)."""
 CANCELLED_INSTEAD = 3
 """Commit status: an 'ack' or 'dead' of a batch member committed as 'cancelled' (its batch's
 cancellation was requested while it ran)."""
 
 
-async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
+async def commit(
+    rt: QueueRuntime, batch: list[Completion], defer: Defer | None = None
+) -> list[int]:
     """Commit one batch (retrying transient failures); returns per completion 1 committed,
     0 stale (or refused, see below), 2 (a retry) acknowledged as expired instead of staged, 3
     (an ack or dead letter of a batch member) committed as cancelled.
@@ -50,12 +57,14 @@ async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
     the refused call had already committed report 0 (stale) on the second pass. An ACL refusal
     (``PermissionDenied``) would refuse every completion: it stops the completer, whose
     supervisor restarts it. ``RedisUnavailable`` and ``ServerLoading`` are retried as before:
-    the outcome is unknown, and repeating a fenced commit is harmless.
+    the outcome is unknown, and repeating a fenced commit is harmless. With ``defer``, the
+    completions of a partitioned queue's partitions that could not be reached are handed to it
+    and report :data:`DEFERRED` (the rest of the batch is counted now).
     """
     bad = {i: why for i, c in enumerate(batch) if (why := _malformed(c))}
     if bad:
         good = [c for i, c in enumerate(batch) if i not in bad]
-        committed = iter(await commit(rt, good) if good else [])
+        committed = iter(await commit(rt, good, defer) if good else [])
         out: list[int] = []
         for i, c in enumerate(batch):
             if i in bad:
@@ -65,7 +74,7 @@ async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
                 out.append(next(committed))
         return out
     try:
-        statuses = await _commit_retrying(rt, batch)
+        statuses = await _commit_retrying(rt, batch, defer)
     except PermissionDenied:
         raise
     except ServerError as exc:
@@ -88,6 +97,8 @@ async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
                     statuses.append(_reject(rt, c, single))
     rt.stats.completion_batches += 1
     for c, status in zip(batch, statuses, strict=True):
+        if status == DEFERRED:
+            continue  # counted when its retry commits
         if status < 0:
             if status != -2:  # -2: already counted by _reject
                 rt.stats.rejected_completions += 1
@@ -110,7 +121,7 @@ async def commit(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
         elif c.kind == "cancelled":
             rt.stats.cancelled += 1
     observe_commits(rt, batch, statuses)
-    return [max(0, s) for s in statuses]
+    return [s if s == DEFERRED else max(0, s) for s in statuses]
 
 
 _KINDS = frozenset({"ack", "dead", "expired", "retry", "release", "cancelled"})
@@ -160,18 +171,46 @@ def _reject(rt: QueueRuntime, c: Completion, exc: Exception) -> int:
     return -2
 
 
-async def _commit_retrying(rt: QueueRuntime, batch: list[Completion]) -> list[int]:
+Defer = Callable[[list[Completion]], None]
+"""Takes completions whose commit must wait for an unreachable node, to retry them apart."""
+
+
+async def _commit_retrying(
+    rt: QueueRuntime, batch: list[Completion], defer: Defer | None = None
+) -> list[int]:
     """One source call, repeated while the server is unreachable or still loading: a lost
-    reply is harmless to repeat (fencing). Raises any other error."""
+    reply is harmless to repeat (fencing). Raises any other error.
+
+    A partitioned source may commit the partitions it reaches and report the others
+    (:class:`PartlyUnavailable`): only those are retried, and with ``defer`` they are handed
+    over (status :data:`DEFERRED`) so one unreachable node does not hold up the rest."""
+    statuses: list[int] = [0] * len(batch)
+    pending = list(range(len(batch)))
     backoff = 0.05
     while True:
+        part = [batch[i] for i in pending]
         try:
             with anyio.CancelScope(shield=True):
-                statuses = await rt.source.complete(rt.consumer, batch)
-            faults.point("completer.after-commit", batch)
+                got = await rt.source.complete(rt.consumer, part)
+            faults.point("completer.after-commit", part)
+            for i, status in zip(pending, got, strict=True):
+                statuses[i] = status
             return statuses
+        except PartlyUnavailable as exc:
+            for i, maybe in zip(pending, exc.statuses, strict=True):
+                if maybe is not None:
+                    statuses[i] = maybe
+            pending = [i for i, maybe in zip(pending, exc.statuses, strict=True) if maybe is None]
+            if defer is not None:
+                defer([batch[i] for i in pending])
+                for i in pending:
+                    statuses[i] = DEFERRED
+                return statuses
+            log.warning("completing %d deliveries of %s: %s; retrying", len(pending), rt.name, exc)
+            await anyio.sleep(backoff)
+            backoff = min(backoff * 2, 3.2)
         except (RedisUnavailable, ServerLoading) as exc:
-            log.warning("completing %d deliveries of %s: %s; retrying", len(batch), rt.name, exc)
+            log.warning("completing %d deliveries of %s: %s; retrying", len(part), rt.name, exc)
             await anyio.sleep(backoff)
             backoff = min(backoff * 2, 3.2)
         except ServerError as exc:
@@ -179,7 +218,9 @@ async def _commit_retrying(rt: QueueRuntime, batch: list[Completion]) -> list[in
                 raise
             # The group vanished with its pending entries: nothing can be committed (stale).
             await group_lost(rt)
-            return [0] * len(batch)
+            for i in pending:
+                statuses[i] = 0
+            return statuses
 
 
 def _drain(rt: QueueRuntime, batch: list[Completion]) -> None:
@@ -195,6 +236,36 @@ async def run_completer(
 ) -> None:
     ctx = current_child()
     task_status.started()
+    # completions waiting for an unreachable partition's node are retried apart, so the
+    # others keep committing; on stop the completer waits for them (its shutdown deadline
+    # bounds that)
+    async with anyio.create_task_group() as deferred:
+
+        def defer(rest: list[Completion]) -> None:
+            deferred.start_soon(_commit_deferred, rt, rest)
+
+        await _commit_loop(rt, ctx, defer)
+
+
+async def _commit_deferred(rt: QueueRuntime, rest: list[Completion]) -> None:
+    try:
+        await commit(rt, rest)
+    finally:
+        _end_leases(rt, rest)
+
+
+def _end_leases(
+    rt: QueueRuntime, batch: Sequence[Completion], statuses: Sequence[int] | None = None
+) -> None:
+    """Committed, stale or refused: the handlers' leases handed over with the outcomes end here
+    (also when the commit failed and this actor is restarted: the entries are then recovered,
+    so they must not stay renewed). A deferred one's lease is renewed until its retry ends."""
+    for i, c in enumerate(batch):
+        if c.lease is not None and (statuses is None or statuses[i] != DEFERRED):
+            rt.leases.discard(c.lease)
+
+
+async def _commit_loop(rt: QueueRuntime, ctx: Any, defer: Defer) -> None:
     while True:
         batch: list[Completion] = []
         if ctx.stop_requested:
@@ -210,13 +281,9 @@ async def run_completer(
             _drain(rt, batch)
             if not batch:
                 continue
+        statuses: list[int] | None = None
         try:
             faults.point("completer.before-commit", batch)
-            await commit(rt, batch)
+            statuses = await commit(rt, batch, defer)
         finally:
-            # committed, stale or refused: the handlers' leases handed over with the outcomes
-            # end here (also when the commit failed and this actor is restarted: the entries
-            # are then recovered, so they must not stay renewed)
-            for c in batch:
-                if c.lease is not None:
-                    rt.leases.discard(c.lease)
+            _end_leases(rt, batch, statuses)

@@ -40,7 +40,14 @@ from supervisors import current_child
 
 from ..errors import RespireError
 from .runtime import Lease, QueueRuntime, log, lose_lease
-from .source import GONE, GROUP_RENEWED_MIN, MAX_RENEW_BATCH, RENEWED, renew_deliveries
+from .source import (
+    GONE,
+    GROUP_RENEWED_MIN,
+    MAX_RENEW_BATCH,
+    RENEWED,
+    UNCONFIRMED,
+    renew_deliveries,
+)
 
 MIN_RENEW_INTERVAL = 0.003
 """Shortest pause between renewal passes, in seconds (for the 10 ms minimum visibility)."""
@@ -128,6 +135,8 @@ async def renew_pass(rt: QueueRuntime, visibility: float, *, late: bool = False)
             rt.stats.renewal_failures += 1
             continue
         for lease, status in zip(chunk, statuses, strict=True):
+            if status == UNCONFIRMED:
+                continue  # its partition's node was unreachable: not confirmed, not lost
             if status == RENEWED or status >= GROUP_RENEWED_MIN:
                 rt.stats.leases_renewed += 1
                 if sent > lease.confirmed_at:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from ..errors import ConsumerGroupMissing, ServerError
+from ..errors import ConsumerGroupMissing, RedisUnavailable, ServerError
 from ..redis.client import Arg, BlockingConnection, RedisClient
 from ..redis.scripts import load
 from ._util import field_map, text
@@ -28,6 +28,9 @@ LOST = 0
 GONE = 2
 """Renewal status: still pending for this delivery, but the entry's body was deleted, so it
 cannot be renewed (the lease is treated as lost)."""
+UNCONFIRMED = -1
+"""Renewal status: the renewal could not be made (its partition's node is unreachable while
+the others answered): neither renewed nor lost; the lease expires as for a failed call."""
 GROUP_RENEWED_MIN = 100
 """Renewal statuses from this value up also mean renewed: the delivery is a grouped job and
 its group's concurrency lease (renewed too) lasts that many milliseconds (100 ms is the
@@ -233,6 +236,16 @@ class ManySources(Protocol):
     async def renew_deliveries(self, consumer: str, deliveries: Sequence[Delivery]) -> list[int]:
         """``Source.renew`` for running deliveries of any of the streams (statuses in order)."""
         ...
+
+
+class PartlyUnavailable(RedisUnavailable):
+    """A call spread over several nodes (a partitioned queue's) reached some and not others:
+    ``statuses`` has the reached ones' statuses and None for the others (not committed: to
+    retry). Raised only when at least one was reached."""
+
+    def __init__(self, message: str, statuses: list[int | None]) -> None:
+        super().__init__(message)
+        self.statuses = statuses
 
 
 def stream_keys(source: Source) -> Sequence[str]:

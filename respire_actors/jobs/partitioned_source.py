@@ -38,8 +38,17 @@ import anyio
 
 from ..actors._util import text
 from ..actors.messages import Completion, Delivery
-from ..actors.source import ClaimResult, PromotionResult, ReadResult, RenewItem, renew_item
-from ..errors import RespireError
+from ..actors.runtime import log
+from ..actors.source import (
+    UNCONFIRMED,
+    ClaimResult,
+    PartlyUnavailable,
+    PromotionResult,
+    ReadResult,
+    RenewItem,
+    renew_item,
+)
+from ..errors import RedisUnavailable, RespireError, ServerLoading
 from ..redis.client import BlockingConnection, RedisClient
 from .partitioning import check_partition_count
 from .source import JobSource
@@ -88,6 +97,46 @@ async def gather(calls: Sequence[Callable[[], Awaitable[R]]]) -> list[R]:
     return out
 
 
+TRANSIENT = (RedisUnavailable, ServerLoading)
+"""Failures of one partition's node that must not stop the others (a dead master, a failover,
+a slot migration, a server loading its data)."""
+NODE_RETRY_MIN = 0.2
+NODE_RETRY_MAX = 5.0
+"""A node that could not be reached is passed over by reads and recovery for this long
+(doubling from the minimum while it stays unreachable), then one of its partitions is tried."""
+
+
+async def gather_reachable(
+    calls: Sequence[Callable[[], Awaitable[R]]],
+) -> tuple[list[R | None], BaseException | None]:
+    """Like :func:`gather`, but a transient failure (an unreachable node) of some calls is
+    reported as None in their places with the first such error; any other failure is raised.
+    Raises the first transient error when every call failed."""
+    out: list[Any] = [None] * len(calls)
+    errors: list[BaseException] = []
+    transient: list[BaseException] = []
+
+    async def one(i: int) -> None:
+        try:
+            out[i] = await calls[i]()
+        except TRANSIENT as exc:
+            transient.append(exc)
+        except Exception as exc:
+            errors.append(exc)
+
+    if len(calls) == 1:
+        await one(0)
+    else:
+        async with anyio.create_task_group() as tg:
+            for i in range(len(calls)):
+                tg.start_soon(one, i)
+    if errors:
+        raise errors[0]
+    if transient and len(transient) == len(calls):
+        raise transient[0]
+    return out, (transient[0] if transient else None)
+
+
 def _tagged(deliveries: Sequence[Delivery], origin: int) -> Sequence[Delivery]:
     for d in deliveries:
         d.origin = origin
@@ -131,6 +180,10 @@ class PartitionedSource:
         self._refresh_at = 0.0  # when read() next looks at partitions found empty
         self._probe_delay = PROBE_MIN_MS / 1000
         self._sweeps: dict[str, _Sweep] = {}
+        # nodes that could not be reached (a cluster node's address, or "server"): when to try
+        # one of their partitions again, and the current pause
+        self._down: dict[str, float] = {}
+        self._down_for: dict[str, float] = {}
         self._index = {key: i for i, key in enumerate(self.stream_keys)}
         self._index.update({p.keys.scheduled: i for i, p in enumerate(self.parts)})
 
@@ -158,14 +211,24 @@ class PartitionedSource:
             for i in self._held:
                 self._candidate[i] = True
             self._held.clear()
-            idle = [i for i in range(n) if not self._candidate[i]]
+            idle = [i for i in range(n) if not self._candidate[i] and self._reachable(i, now)]
             for i in await self._fresh(idle):
                 self._candidate[i] = True
+        failure: BaseException | None = None
+        reached = False
         for k in range(n):
             i = (self._next + k) % n
-            if not self._candidate[i]:
+            if not self._candidate[i] or not self._reachable(i, now):
                 continue
-            result = await self.parts[i].read(consumer, count, min_idle_ms)
+            try:
+                result = await self.parts[i].read(consumer, count, min_idle_ms)
+            except TRANSIENT as exc:
+                # its node is down (or failing over): read the other partitions meanwhile
+                self._mark_down(i, exc)
+                failure = failure or exc
+                continue
+            reached = True
+            self._mark_up(i)
             expired += result.expired
             if result.status == "ok":
                 # stay on a partition with more work for up to STICKY_READS reads (so a batch
@@ -196,14 +259,54 @@ class PartitionedSource:
                     self._wake_at = at if self._wake_at is None else min(self._wake_at, at)
             else:
                 self._held.add(i)
+        if failure is not None and not reached:
+            now = anyio.current_time()
+            if not any(self._reachable(j, now) for j in range(n)):
+                raise failure  # every node is down: the reader's outage handling
         return ReadResult("empty", expired=expired)
+
+    # -- unreachable nodes --------------------------------------------------------------------
+    def _node(self, i: int) -> str:
+        return self.client.node_of(self.stream_keys[i]) or "server"
+
+    def _reachable(self, i: int, now: float) -> bool:
+        if not self._down:
+            return True
+        return self._down.get(self._node(i), 0.0) <= now
+
+    def _mark_down(self, i: int, exc: BaseException) -> None:
+        node = self._node(i)
+        if self._down.get(node, 0.0) > anyio.current_time():
+            return  # already passed over (another of its partitions failed at the same time)
+        pause = min(self._down_for.get(node, NODE_RETRY_MIN / 2) * 2, NODE_RETRY_MAX)
+        if node not in self._down_for:
+            log.warning(
+                "%s: the node of partition %d (%s) cannot be reached (%s); serving the other "
+                "partitions meanwhile",
+                self.name,
+                i,
+                node,
+                exc,
+            )
+        self._down_for[node] = pause
+        self._down[node] = anyio.current_time() + pause
+
+    def _mark_up(self, i: int) -> None:
+        if self._down:
+            node = self._node(i)
+            if self._down_for.pop(node, None) is not None:
+                self._down.pop(node, None)
+                log.warning("%s: the node of partition %d (%s) is back", self.name, i, node)
 
     async def wait(self, blocking: BlockingConnection, wait_ms: int) -> None:
         """Wait for a new entry in any partition (see the module docstring); the partitions
         that got one become read candidates, and all held ones after a timeout."""
         # held partitions (paused, denied) are not watched: their waiting entries would wake
         # the wait at once; they are read again after it
-        watched = [i for i in range(len(self.parts)) if i not in self._held]
+        now = anyio.current_time()
+        watched = [
+            i for i in range(len(self.parts)) if i not in self._held and self._reachable(i, now)
+        ]
         if self._wake_at is not None:  # a grouped read asked to be woken when a group is due
             wait_ms = max(1, min(wait_ms, int((self._wake_at - anyio.current_time()) * 1000)))
             self._wake_at = None
@@ -235,19 +338,33 @@ class PartitionedSource:
         per node) on a cluster."""
         if not indices:
             return set()
-        keys, ids = self._watch(indices)
         if not self.client.is_cluster:
+            keys, ids = self._watch(indices)
             reply = await self.client.execute("XREAD", "COUNT", 1, "STREAMS", *keys, *ids)
             return self._streams_in(reply)
-        replies = await self.client.pipeline(
-            [("XREAD", "COUNT", 1, "STREAMS", k, i) for k, i in zip(keys, ids, strict=True)]
-        )
-        woken = set()
-        for key, reply in zip(keys, replies, strict=True):
-            if isinstance(reply, RespireError):
-                raise reply
-            if reply:
-                woken.add(self._index[key])
+        # one pipeline per node, so a node that cannot be reached fails only its partitions
+        by_node: dict[str, list[int]] = {}
+        for i in indices:
+            by_node.setdefault(self._node(i), []).append(i)
+        nodes = list(by_node.values())
+        woken: set[int] = set()
+
+        async def probe(partitions: list[int]) -> bool:
+            keys, ids = self._watch(partitions)
+            replies = await self.client.pipeline(
+                [("XREAD", "COUNT", 1, "STREAMS", k, i) for k, i in zip(keys, ids, strict=True)]
+            )
+            for key, reply in zip(keys, replies, strict=True):
+                if isinstance(reply, RespireError):
+                    raise reply
+                if reply:
+                    woken.add(self._index[key])
+            return True
+
+        outcomes, failure = await gather_reachable([partial(probe, p) for p in nodes])
+        for partitions, outcome in zip(nodes, outcomes, strict=True):
+            if outcome is None and failure is not None:  # that node could not be reached
+                self._mark_down(partitions[0], failure)
         return woken
 
     def _watch(self, indices: Sequence[int]) -> tuple[list[str], list[str]]:
@@ -306,11 +423,24 @@ class PartitionedSource:
             sweep = self._sweeps[mode] = _Sweep(deque(range(len(self.parts))))
         cleared = dead = expired = 0
         refused: list[tuple[str, str]] = []
+        failure: BaseException | None = None
+        reached = False
         while sweep.pending:
             i = sweep.pending.popleft()
-            page = await self.parts[i].claim(
-                consumer, mode, sweep.cursors.get(i, "0-0"), count, min_idle_ms, limit
-            )
+            if not self._reachable(i, anyio.current_time()):
+                sweep.cursors.pop(i, None)  # its node is down: the next pass tries it again
+                continue
+            try:
+                page = await self.parts[i].claim(
+                    consumer, mode, sweep.cursors.get(i, "0-0"), count, min_idle_ms, limit
+                )
+            except TRANSIENT as exc:
+                self._mark_down(i, exc)
+                sweep.cursors.pop(i, None)
+                failure = failure or exc
+                continue
+            reached = True
+            self._mark_up(i)
             if page.denied:  # paused or rate limited: this pass skips the partition
                 sweep.cursors.pop(i, None)
                 continue
@@ -333,6 +463,8 @@ class PartitionedSource:
                     expired=expired,
                     refused=refused,
                 )
+        if failure is not None and not reached:
+            raise failure
         return ClaimResult(
             denied=False,
             next_cursor="0-0",
@@ -358,17 +490,28 @@ class PartitionedSource:
     async def complete(self, consumer: str, batch: Sequence[Completion]) -> list[int]:
         """Each partition's completions in one call to its source, partitions concurrently;
         statuses in order. A failure is raised once every partition's call has ended (the
-        completer then retries or splits the batch; fenced commits are safe to repeat)."""
+        completer then retries or splits the batch; fenced commits are safe to repeat). When
+        some partitions' nodes cannot be reached, :class:`PartlyUnavailable` carries the
+        others' statuses, so the completer retries only those, apart from later batches."""
         groups = self._by_partition([c.delivery for c in batch])
         items = list(groups.items())
-        replies = await gather(
-            [partial(self.parts[i].complete, consumer, [batch[j] for j in idx]) for i, idx in items]
-        )
-        statuses = [0] * len(batch)
+        try:
+            replies, failure = await gather_reachable(
+                [
+                    partial(self.parts[i].complete, consumer, [batch[j] for j in idx])
+                    for i, idx in items
+                ]
+            )
+        except TRANSIENT as exc:  # none reached: still per partition, so they retry apart
+            replies, failure = [None] * len(items), exc
+        statuses: list[int | None] = [None] * len(batch)
         for (_, idx), reply in zip(items, replies, strict=True):
-            for j, status in zip(idx, reply, strict=True):
-                statuses[j] = status
-        return statuses
+            if reply is not None:
+                for j, status in zip(idx, reply, strict=True):
+                    statuses[j] = status
+        if failure is not None:
+            raise PartlyUnavailable(str(failure), statuses)
+        return [s if s is not None else 0 for s in statuses]
 
     async def renew(self, consumer: str, items: Sequence[RenewItem]) -> list[int]:
         raise NotImplementedError("a partitioned source renews deliveries (renew_deliveries)")
@@ -376,22 +519,25 @@ class PartitionedSource:
     async def renew_deliveries(self, consumer: str, deliveries: Sequence[Delivery]) -> list[int]:
         groups = self._by_partition(deliveries)
         items = list(groups.items())
-        replies = await gather(
+        replies, _ = await gather_reachable(
             [
                 partial(self.parts[i].renew, consumer, [renew_item(deliveries[j]) for j in idx])
                 for i, idx in items
             ]
         )
-        statuses = [0] * len(deliveries)
+        # a partition whose node is unreachable: its leases are neither renewed nor lost
+        statuses = [UNCONFIRMED] * len(deliveries)
         for (_, idx), reply in zip(items, replies, strict=True):
-            for j, status in zip(idx, reply, strict=True):
-                statuses[j] = status
+            if reply is not None:
+                for j, status in zip(idx, reply, strict=True):
+                    statuses[j] = status
         return statuses
 
     async def promote(self, batch_size: int) -> PromotionResult:
         """Every partition's promotion pass, concurrently; counts summed, the earliest next
         due time kept."""
-        results = await gather([partial(p.promote, batch_size) for p in self.parts])
+        reached, _ = await gather_reachable([partial(p.promote, batch_size) for p in self.parts])
+        results = [r for r in reached if r is not None]  # an unreachable partition waits
         due = [r.next_due_ms for r in results if r.next_due_ms >= 0]
         return PromotionResult(
             promoted=sum(r.promoted for r in results),

@@ -32,6 +32,7 @@ closes it. :class:`DedicatedPool` keeps a bounded set of them per server.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import socket
 import ssl
@@ -618,6 +619,7 @@ class Multiplexed:
         self._lock = anyio.Lock()
         self._failures = 0
         self._retry_at = 0.0
+        self._last_failure: tuple[float, Exception] | None = None  # the last connect failure
 
     @property
     def in_flight(self) -> int:
@@ -629,18 +631,26 @@ class Multiplexed:
         return self._link is not None and self._link.error is None
 
     async def _connect(self) -> _Link:
+        asked = time.monotonic()
         async with self._lock:
             link = self._link
             if link is not None and link.error is None:
                 return link
+            failure = self._last_failure
+            if failure is not None and failure[0] >= asked:
+                # an attempt made while this caller waited for the lock has just failed: fail
+                # with it rather than queue another (callers waiting on a dead node would
+                # otherwise each spend a connect timeout in turn)
+                raise copy.copy(failure[1])
             delay = self._retry_at - time.monotonic()
             if delay > 0:
                 await anyio.sleep(delay)
             try:
                 conn = await self.endpoint.open()
-            except Exception:
+            except Exception as exc:
                 self._failures += 1
                 self._retry_at = time.monotonic() + min(0.025 * 2**self._failures, 1.0)
+                self._last_failure = (time.monotonic(), exc)
                 raise
             self._failures = 0
             link = _Link(conn, self.endpoint)

@@ -555,6 +555,15 @@ class RedisClient:
     def is_cluster(self) -> bool:
         return self.settings.cluster
 
+    def node_of(self, key: str) -> str | None:
+        """The ``host:port`` of the cluster node serving ``key`` now (the client's key prefix
+        applied), or None on a single server."""
+        router = self._router
+        if router is None:
+            return None
+        host, port = router.address_for(self._slot_of(("GET", key)))
+        return f"{host}:{port}"
+
     def _build_endpoint(self) -> Endpoint:
         s = self.settings
         return Endpoint(

@@ -265,3 +265,45 @@ async def test_a_stalled_client_does_not_blame_the_server(server_url: str) -> No
                 await wait_until(lambda: replies > before + 50)  # noqa: B023
             tg.cancel_scope.cancel()
     assert failures == []
+
+
+async def test_callers_waiting_on_a_failing_connect_fail_with_it(
+    spawn_valkey: Callable[..., ValkeyProcess],
+) -> None:
+    """A frozen server: callers queued behind a connect attempt that fails get its error at
+    once. Each used to make its own attempt in turn, so the last of N callers waited N connect
+    timeouts (with ten actors of a worker on one dead node, about ten seconds)."""
+    import os
+    import signal
+
+    server = spawn_valkey()
+    async with connect(server.url, command_timeout=0.3, connect_timeout=0.3) as client:
+        assert await client.execute("PING") == b"PONG"
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(RedisUnavailable):
+                await client.execute("PING")  # the link times out and closes
+            errors: list[BaseException] = []
+
+            async def call() -> None:
+                try:
+                    await client.execute("PING")
+                except RedisUnavailable as exc:
+                    errors.append(exc)
+
+            started = time.monotonic()
+            async with anyio.create_task_group() as tg:
+                for _ in range(10):
+                    tg.start_soon(call)
+            elapsed = time.monotonic() - started
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        assert len(errors) == 10
+        assert elapsed < 2.5, elapsed  # one failed attempt (and its backoff), not ten
+        with anyio.fail_after(5):
+            while True:
+                try:
+                    assert await client.execute("PING") == b"PONG"
+                    break
+                except RedisUnavailable:
+                    await anyio.sleep(0.05)

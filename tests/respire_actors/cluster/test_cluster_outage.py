@@ -22,7 +22,15 @@ from helpers.waiting import wait_until, wait_until_async
 
 from respire_actors import RestartLimits
 from respire_actors.codecs import StrCodec
-from respire_actors.jobs import ACK, Job, JobQueue, Outcome, Worker
+from respire_actors.jobs import (
+    ACK,
+    Job,
+    JobQueue,
+    Outcome,
+    PartitionedJobQueue,
+    QueueOptions,
+    Worker,
+)
 from respire_actors.jobs.options import CONSUMER_GROUP
 from respire_actors.keys import JobQueueKeys
 from respire_actors.redis.client import RedisClient, connect
@@ -186,3 +194,61 @@ async def test_a_client_connects_while_the_owner_of_slot_zero_is_down(
             assert await client.time_ms() > 0
             queue = JobQueue(client, names[0], StrCodec())
             assert (await queue.enqueue("a", "x")).enqueued
+
+
+async def test_a_partitioned_queue_serves_its_other_partitions_while_one_master_is_frozen(
+    three_masters: Cluster, unique_name: str
+) -> None:
+    """One partitioned queue over three masters, one master frozen (SIGSTOP): the partitions
+    on the others keep being read, run and committed (a read, a wait, a recovery pass, a
+    batch of completions or a promotion touching the frozen partitions used to fail as a
+    whole, so the worker served nothing at all); once the master is back its partitions'
+    jobs run too, each exactly once."""
+    runs: Counter[str] = Counter()
+
+    async def handler(job: Job[str]) -> Outcome:
+        runs[job.id] += 1
+        return ACK
+
+    async with connect(three_masters.url, command_timeout=0.5, connect_timeout=0.5) as client:
+        queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=12)
+        frozen_node = three_masters.owner_of(key_slot(queue.partition(0).keys.ready))
+        frozen = {
+            i
+            for i in range(12)
+            if three_masters.owner_of(key_slot(queue.partition(i).keys.ready)) is frozen_node
+        }
+        assert 0 < len(frozen) < 12
+        keys = {i: next(f"k{n}" for n in range(10_000) if queue.partition_of(f"k{n}") == i)
+                for i in range(12)}  # fmt: skip
+        worker = Worker(restart_limits=LIMITS)
+        worker.register(
+            unique_name,
+            handler,
+            StrCodec(),
+            fast_options(delivery_limit=10),
+            queue_options=QueueOptions(),
+            partitions=12,
+        )
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run, client)
+            await queue.enqueue_many([(f"before-{i}", "x", keys[i]) for i in range(12)])
+            await wait_until(lambda: len(runs) == 12, timeout=15)
+            os.kill(frozen_node.pid, signal.SIGSTOP)
+            try:
+                # jobs for every partition: the healthy ones must run during the outage
+                healthy = [i for i in range(12) if i not in frozen]
+                for round_ in range(4):
+                    for i in healthy:
+                        await queue.enqueue(f"during-{round_}-{i}", "x", ordering_key=keys[i])
+                    await wait_until(
+                        lambda r=round_: all(runs[f"during-{r}-{i}"] for i in healthy),  # type: ignore[misc]
+                        timeout=10,
+                    )
+                    await anyio.sleep(0.5)
+            finally:
+                os.kill(frozen_node.pid, signal.SIGCONT)
+            await queue.enqueue_many([(f"after-{i}", "x", keys[i]) for i in range(12)])
+            await wait_until(lambda: all(runs[f"after-{i}"] for i in range(12)), timeout=30)
+            await worker.stop()
+    assert {k: v for k, v in runs.items() if v != 1} == {}
