@@ -23,8 +23,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from .admin import QueueAdmin, QueueSummary, TrimPlan, list_queues
+from .codecs import BytesCodec
 from .errors import ValidationError
 from .jobs.options import RateLimit
+from .jobs.partitioned import PartitionedJobQueue
+from .keys import partitions_key
 from .redis.client import RedisClient
 from .retention import TRIM_STREAMS, entry_id_key
 
@@ -162,10 +165,26 @@ async def _queues(client: RedisClient, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+async def _partitions(client: RedisClient, name: str) -> int | None:
+    """The partition count recorded for ``name`` (a partitioned queue), or None."""
+    raw = await client.execute("GET", partitions_key(name, client.settings.key_prefix))
+    try:
+        return int(raw) if raw is not None else None
+    except ValueError:
+        return None
+
+
 async def _known(client: RedisClient, admin: QueueAdmin) -> QueueSummary:
     summary = await admin.summary()
     empty = not (summary.ready or summary.dead_letters or summary.scheduled or summary.paused)
     if empty and admin.name not in await list_queues(client):
+        count = await _partitions(client, admin.name)
+        if count is not None:
+            raise CommandFailed(
+                f"{admin.name!r} is a partitioned queue of {count} partitions, "
+                f"{admin.name}:p0 .. {admin.name}:p{count - 1}: 'pause' and 'resume' take it "
+                f"whole; the other commands take one partition (e.g. '{admin.name}:p0')"
+            )
         raise CommandFailed(
             f"no job queue named {admin.name!r}: it is not registered and holds nothing "
             "(list the queues with 'python -m respire_actors queues')"
@@ -257,6 +276,13 @@ async def _retry(client: RedisClient, args: argparse.Namespace) -> int:
 
 async def _pause(client: RedisClient, args: argparse.Namespace) -> int:
     admin = _admin(client, args)
+    count = await _partitions(client, admin.name)
+    if count is not None:  # a partitioned queue: every partition, each with its own event
+        queue = PartitionedJobQueue(client, admin.name, BytesCodec(), partitions=count)
+        changed_count = await (queue.pause() if args.command == "pause" else queue.resume())
+        state = "paused" if args.command == "pause" else "resumed"
+        print(f"{admin.name} {state}: {changed_count} of its {count} partitions changed")
+        return EXIT_OK
     await _known(client, admin)
     changed = await (admin.pause() if args.command == "pause" else admin.resume())
     state = "paused" if args.command == "pause" else "resumed"

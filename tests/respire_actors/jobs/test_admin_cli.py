@@ -160,6 +160,28 @@ async def test_retry_ids_and_all(
     assert unknown.returncode == 1 and "no job queue named" in unknown.stderr, unknown
 
 
+async def test_a_partitioned_queue_is_paused_whole_and_named_in_errors(
+    server_url: str, anyio_backend: str, client: RedisClient, unique_name: str
+) -> None:
+    """Its own name used to be "no job queue named ...": an operator had to pause every
+    partition by hand (up to 1,024 commands)."""
+    from respire_actors.jobs import PartitionedJobQueue
+
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    await queue.enqueue_many([(f"j{i}", "x") for i in range(8)])
+    paused = await cli(server_url, anyio_backend, "pause", unique_name)
+    assert paused.returncode == 0, paused.stderr
+    assert "4 of its 4 partitions" in paused.stdout
+    assert all(p.paused for p in (await queue.get_state()).partitions)
+    resumed = await cli(server_url, anyio_backend, "resume", unique_name)
+    assert resumed.returncode == 0 and "4 of its 4" in resumed.stdout
+    assert not any(p.paused for p in (await queue.get_state()).partitions)
+    shown = await cli(server_url, anyio_backend, "queue", unique_name)
+    assert shown.returncode == 1
+    assert "partitioned queue of 4 partitions" in shown.stderr and ":p0" in shown.stderr
+    assert (await cli(server_url, anyio_backend, "queue", f"{unique_name}:p0")).returncode == 0
+
+
 async def test_pause_resume_and_rate(
     server_url: str, anyio_backend: str, busy: JobQueue[str]
 ) -> None:
