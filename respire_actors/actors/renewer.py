@@ -180,7 +180,7 @@ def _learn_term(rt: QueueRuntime, lease: Lease, seconds: float) -> None:
 
 def _expire(rt: QueueRuntime, now: float, visibility: float) -> None:
     for lease in expired(list(rt.leases), now, visibility):
-        if lease.handed:  # its handler returned: the outcome's commit decides
+        if lease.handed or lease.returned:  # its handler returned: the commit decides
             lease.lost = True
             continue
         rt.stats.leases_expired += 1

@@ -213,6 +213,8 @@ async def _run_and_settle(
     if arg.lease_lost:
         log.warning("%r of %s lost its lease; left pending for recovery", label, rt.name)
         return
+    if lease is not None and not scope.cancelled_caught:
+        lease.returned = True  # the outcome is decided: a later loss is the commit's to report
     if scope.cancelled_caught:
         if budget_end <= deadline and anyio.current_time() >= budget_end:
             rt.stats.timed_out += 1

@@ -139,14 +139,18 @@ class Lease:
     # The handler ended and its outcome went to the completer with this lease: it is renewed
     # until the completer has committed it, which then discards it.
     handed: bool = False
+    # The handler returned (its outcome is decided, maybe still on its way to the completer):
+    # a loss found from here on is the commit's to report (as stale), not a lost lease.
+    returned: bool = False
 
 
 def lose_lease(rt: QueueRuntime, lease: Lease) -> None:
     """Mark ``lease`` lost and cancel its handler's scope (it produces no outcome). A lease
-    whose handler already returned (handed to the completer with its outcome) is only no
-    longer renewed: the commit finds the outcome stale and counts it there."""
+    whose handler already returned (its outcome decided, on its way to the completer or
+    handed to it) is only no longer renewed: the commit finds the outcome stale and counts it
+    there (counted once, not also as a lost lease)."""
     lease.lost = True
-    if lease.handed:
+    if lease.handed or lease.returned:
         return
     if not lease.arg.lease_lost:
         lease.arg.lease_lost = True
