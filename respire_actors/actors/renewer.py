@@ -124,13 +124,12 @@ async def renew_pass(rt: QueueRuntime, visibility: float, *, late: bool = False)
             bound = min(bound, earliest - sent)
         statuses: list[int] | None = None
         rt.stats.renewal_calls += 1
-        with anyio.move_on_after(max(bound, 0.0)):
-            try:
-                statuses = await renew_deliveries(
-                    rt.source, rt.consumer, [lease.delivery for lease in chunk]
-                )
-            except RespireError as exc:
-                log.warning("%s: lease renewal failed: %s", rt.name, exc)
+        try:
+            statuses = await renew_deliveries(
+                rt.source, rt.consumer, [lease.delivery for lease in chunk], max(bound, 0.0)
+            )
+        except RespireError as exc:
+            log.warning("%s: lease renewal failed: %s", rt.name, exc)
         if statuses is None:
             rt.stats.renewal_failures += 1
             continue

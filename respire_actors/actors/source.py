@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+import anyio
+
 from ..errors import ConsumerGroupMissing, RedisUnavailable, ServerError
 from ..redis.client import Arg, BlockingConnection, RedisClient
 from ..redis.scripts import load
@@ -233,8 +235,12 @@ class ManySources(Protocol):
         cancel)."""
         ...
 
-    async def renew_deliveries(self, consumer: str, deliveries: Sequence[Delivery]) -> list[int]:
-        """``Source.renew`` for running deliveries of any of the streams (statuses in order)."""
+    async def renew_deliveries(
+        self, consumer: str, deliveries: Sequence[Delivery], within: float
+    ) -> list[int]:
+        """``Source.renew`` for running deliveries of any of the streams (statuses in order);
+        a stream whose call has not answered within ``within`` seconds reports
+        :data:`UNCONFIRMED` for its deliveries, the others their own statuses."""
         ...
 
 
@@ -256,13 +262,16 @@ def stream_keys(source: Source) -> Sequence[str]:
 
 
 async def renew_deliveries(
-    source: Source, consumer: str, deliveries: Sequence[Delivery]
-) -> list[int]:
+    source: Source, consumer: str, deliveries: Sequence[Delivery], within: float
+) -> list[int] | None:
     """Renew running deliveries through ``source`` (routed per stream for a
-    :class:`ManySources`); statuses in order."""
+    :class:`ManySources`); statuses in order, or None when no answer came within ``within``
+    seconds (a many-stream source answers per stream: :data:`UNCONFIRMED` for the late)."""
     if isinstance(source, ManySources):
-        return await source.renew_deliveries(consumer, deliveries)
-    return await source.renew(consumer, [renew_item(d) for d in deliveries])
+        return await source.renew_deliveries(consumer, deliveries, within)
+    with anyio.move_on_after(within):
+        return await source.renew(consumer, [renew_item(d) for d in deliveries])
+    return None
 
 
 @runtime_checkable

@@ -100,6 +100,13 @@ async def gather(calls: Sequence[Callable[[], Awaitable[R]]]) -> list[R]:
 TRANSIENT = (RedisUnavailable, ServerLoading)
 """Failures of one partition's node that must not stop the others (a dead master, a failover,
 a slot migration, a server loading its data)."""
+NODE_PROBE_S = 0.5
+"""How long a node that was down gets to answer a read-only probe before its partitions are
+read again (at most the command timeout): the probe runs on the reader's path, so it is kept
+short; a node slower than this counts as down a while longer."""
+FRESH_PROBE_S = 1.0
+"""Longest wait for one node's answer to a cluster wait's (read-only) probe: a node that takes
+longer is passed over as down for a while, so it cannot hold up the waits of the others."""
 NODE_RETRY_MIN = 0.2
 NODE_RETRY_MAX = 5.0
 """A node that could not be reached is passed over by reads and recovery for this long
@@ -220,6 +227,8 @@ class PartitionedSource:
             i = (self._next + k) % n
             if not self._candidate[i] or not self._reachable(i, now):
                 continue
+            if self._down_for and not await self._answers(i):
+                continue  # its node was down and still does not answer: passed over again
             try:
                 result = await self.parts[i].read(consumer, count, min_idle_ms)
             except TRANSIENT as exc:
@@ -273,6 +282,27 @@ class PartitionedSource:
         if not self._down:
             return True
         return self._down.get(self._node(i), 0.0) <= now
+
+    def _probe_cap(self) -> float:
+        return min(NODE_PROBE_S, self.client.settings.command_timeout)
+
+    async def _answers(self, i: int) -> bool:
+        """Whether partition ``i``'s node answers now, when it was down (a read-only XLEN,
+        bounded by :data:`NODE_PROBE_S`): a partition read is not tried on a dead node, whose
+        timeout would hold up the reader for every other partition."""
+        node = self._node(i)
+        if node not in self._down_for:
+            return True
+        with anyio.move_on_after(self._probe_cap()):
+            try:
+                await self.client.execute("XLEN", self.stream_keys[i])
+            except TRANSIENT as exc:
+                self._mark_down(i, exc)
+                return False
+            self._mark_up(i)
+            return True
+        self._mark_down(i, RedisUnavailable(f"no answer within {self._probe_cap()} s"))
+        return False
 
     def _mark_down(self, i: int, exc: BaseException) -> None:
         node = self._node(i)
@@ -351,9 +381,12 @@ class PartitionedSource:
 
         async def probe(partitions: list[int]) -> bool:
             keys, ids = self._watch(partitions)
-            replies = await self.client.pipeline(
-                [("XREAD", "COUNT", 1, "STREAMS", k, i) for k, i in zip(keys, ids, strict=True)]
-            )
+            commands = [
+                ("XREAD", "COUNT", 1, "STREAMS", k, i) for k, i in zip(keys, ids, strict=True)
+            ]
+            # read only, so safe to give up on: a node that does not answer in time is down
+            cap = min(FRESH_PROBE_S, self.client.settings.command_timeout)
+            replies = await self.client.pipeline(commands, give_up_after=cap)
             for key, reply in zip(keys, replies, strict=True):
                 if isinstance(reply, RespireError):
                     raise reply
@@ -391,7 +424,8 @@ class PartitionedSource:
         deadline = anyio.current_time() + wait_ms / 1000
         longest = max(PROBE_MAX_MS, len(self.parts)) / 1000
         while True:
-            woken = await self._fresh(watched)
+            now = anyio.current_time()
+            woken = await self._fresh([i for i in watched if self._reachable(i, now)])
             if woken:  # busy again: the next idle period starts probing quickly
                 self._probe_delay = PROBE_MIN_MS / 1000
                 return woken
@@ -427,7 +461,9 @@ class PartitionedSource:
         reached = False
         while sweep.pending:
             i = sweep.pending.popleft()
-            if not self._reachable(i, anyio.current_time()):
+            if not self._reachable(i, anyio.current_time()) or (
+                self._down_for and not await self._answers(i)
+            ):
                 sweep.cursors.pop(i, None)  # its node is down: the next pass tries it again
                 continue
             try:
@@ -516,15 +552,19 @@ class PartitionedSource:
     async def renew(self, consumer: str, items: Sequence[RenewItem]) -> list[int]:
         raise NotImplementedError("a partitioned source renews deliveries (renew_deliveries)")
 
-    async def renew_deliveries(self, consumer: str, deliveries: Sequence[Delivery]) -> list[int]:
+    async def renew_deliveries(
+        self, consumer: str, deliveries: Sequence[Delivery], within: float
+    ) -> list[int]:
         groups = self._by_partition(deliveries)
         items = list(groups.items())
-        replies, _ = await gather_reachable(
-            [
-                partial(self.parts[i].renew, consumer, [renew_item(deliveries[j]) for j in idx])
-                for i, idx in items
-            ]
-        )
+
+        async def renew(i: int, idx: list[int]) -> list[int]:
+            # each partition within the bound: a slow node leaves only its own unconfirmed
+            with anyio.move_on_after(within):
+                return await self.parts[i].renew(consumer, [renew_item(deliveries[j]) for j in idx])
+            return [UNCONFIRMED] * len(idx)
+
+        replies, _ = await gather_reachable([partial(renew, i, idx) for i, idx in items])
         # a partition whose node is unreachable: its leases are neither renewed nor lost
         statuses = [UNCONFIRMED] * len(deliveries)
         for (_, idx), reply in zip(items, replies, strict=True):
@@ -536,7 +576,11 @@ class PartitionedSource:
     async def promote(self, batch_size: int) -> PromotionResult:
         """Every partition's promotion pass, concurrently; counts summed, the earliest next
         due time kept."""
-        reached, _ = await gather_reachable([partial(p.promote, batch_size) for p in self.parts])
+        now = anyio.current_time()
+        parts = [p for i, p in enumerate(self.parts) if self._reachable(i, now)]
+        if not parts:
+            return PromotionResult(promoted=0, expired=0, missing=0, next_due_ms=-1)
+        reached, _ = await gather_reachable([partial(p.promote, batch_size) for p in parts])
         results = [r for r in reached if r is not None]  # an unreachable partition waits
         due = [r.next_due_ms for r in results if r.next_due_ms >= 0]
         return PromotionResult(

@@ -19,6 +19,7 @@ client would keep routing its slots to the dead address after a replica took the
 from __future__ import annotations
 
 import random
+import time
 from typing import Any
 
 import anyio
@@ -50,6 +51,7 @@ class ClusterRouter:
         # after a failure there, the next primary (never always the first one: with the owner
         # of slot 0 down, no keyless command, and so no connect(), could succeed)
         self._keyless: Address | None = None
+        self._failed: dict[Address, float] = {}  # when a command to each node last failed
         self._nodes: dict[Address, Multiplexed] = {}
         self._pools: dict[Address, DedicatedPool] = {}
         self._lock = anyio.Lock()
@@ -98,8 +100,10 @@ class ClusterRouter:
     # -- slot map -------------------------------------------------------------------------
     def unreachable(self, address: Address) -> None:
         """A command to ``address`` failed without a reply (refused, closed, timed out): reload
-        the map before the next command, in case its slots moved to another node."""
+        the map before the next command, in case its slots moved to another node (asking the
+        nodes that did not just fail first)."""
         self._stale = True
+        self._failed[address] = time.monotonic()
 
     async def route(self, slot: int | None) -> Address:
         """The address for ``slot``, reloading the map first if it is stale."""
@@ -116,6 +120,9 @@ class ClusterRouter:
                 return
             candidates = list(dict.fromkeys([*self._primaries, *self._seeds]))
             random.shuffle(candidates)
+            # a node that failed lately is asked last: it would cost a timeout, under this lock
+            recent = time.monotonic() - 30.0
+            candidates.sort(key=lambda a: self._failed.get(a, 0.0) > recent)
             errors: list[str] = []
             for address in candidates:
                 try:

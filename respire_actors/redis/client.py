@@ -834,7 +834,11 @@ class RedisClient:
         return reply
 
     async def pipeline(
-        self, commands: Sequence[Sequence[Arg]], *, transaction: bool = False
+        self,
+        commands: Sequence[Sequence[Arg]],
+        *,
+        transaction: bool = False,
+        give_up_after: float | None = None,
     ) -> list[Any]:
         """Send many commands in one write; return each reply or its mapped exception.
 
@@ -843,8 +847,12 @@ class RedisClient:
         even if the caller is cancelled (bounded by the command timeout): the pipeline runs
         exactly once either way (even if the caller was cancelled before calling). If no reply
         arrives in time every result is a :class:`CommandTimeout`; a lost connection raises
-        :class:`RedisUnavailable`.
+        :class:`RedisUnavailable`. ``give_up_after`` (read-only commands only, no transaction)
+        stops waiting for a node's replies after that many seconds: its commands report
+        :class:`CommandTimeout` (they may still run; their replies are discarded).
         """
+        if give_up_after is not None and transaction:
+            raise ValidationError("give_up_after does not apply to a transaction")
         if not commands:
             return []
         self._require()
@@ -861,7 +869,7 @@ class RedisClient:
             # Shielded from the start: a pipeline always runs exactly once, so its caller
             # knows what happened even when cancelled (bounded by the timeouts).
             with anyio.CancelScope(shield=True):
-                results = await self._pipeline(commands, transaction)
+                results = await self._pipeline(commands, transaction, give_up_after)
         except Exception as exc:
             mapped = map_error(exc)
             if mapped is exc:
@@ -869,19 +877,29 @@ class RedisClient:
             raise mapped from exc
         return results
 
-    async def _pipeline(self, commands: Sequence[Sequence[Arg]], transaction: bool) -> list[Any]:
+    async def _pipeline(
+        self, commands: Sequence[Sequence[Arg]], transaction: bool, give_up: float | None = None
+    ) -> list[Any]:
         if transaction:
             return await self._multi_exec(commands)
         if self._router is not None:
-            return await self._cluster_pipeline(commands)
+            return await self._cluster_pipeline(commands, give_up)
         assert self._main is not None
+        replies: list[Any] | None = None
         try:
-            replies = await self._main.request(encode_many(commands), len(commands), shielded=True)
+            with anyio.move_on_after(math.inf if give_up is None else give_up):
+                replies = await self._main.request(
+                    encode_many(commands), len(commands), shielded=give_up is None
+                )
         except CommandTimeout as exc:
             return [exc] * len(commands)
+        if replies is None:
+            return [_gave_up(give_up)] * len(commands)
         return [_mapped(r) for r in replies]
 
-    async def _cluster_pipeline(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
+    async def _cluster_pipeline(
+        self, commands: Sequence[Sequence[Arg]], give_up: float | None = None
+    ) -> list[Any]:
         router = self._router
         assert router is not None
         slots: list[int] = []
@@ -902,12 +920,20 @@ class RedisClient:
 
         async def send(address: Address, indices: list[int]) -> None:
             payload = encode_many(commands[i] for i in indices)
+            replies: list[Any] | None = None
             try:
-                replies = await router.node(address).request(payload, len(indices), shielded=True)
+                with anyio.move_on_after(math.inf if give_up is None else give_up):
+                    replies = await router.node(address).request(
+                        payload, len(indices), shielded=give_up is None
+                    )
             except RedisUnavailable as exc:
                 router.unreachable(address)
                 for i in indices:
                     results[i] = exc
+                return
+            if replies is None:  # gave up waiting on this node
+                for i in indices:
+                    results[i] = _gave_up(give_up)
                 return
             for i, reply in zip(indices, replies, strict=True):
                 if router.redirection(reply, address) is not None:
@@ -1235,6 +1261,10 @@ class Pending(Generic[T]):
         if self._error is not None:
             raise self._error
         return cast(T, self._value)
+
+
+def _gave_up(seconds: float | None) -> CommandTimeout:
+    return CommandTimeout(f"no reply within {seconds} s; gave up waiting (it may still run)")
 
 
 def _key_text(key: Arg) -> str:

@@ -11,6 +11,7 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import anyio
@@ -196,21 +197,25 @@ async def test_a_client_connects_while_the_owner_of_slot_zero_is_down(
             assert (await queue.enqueue("a", "x")).enqueued
 
 
+@pytest.mark.parametrize("command_timeout", [0.5, 5.0])
 async def test_a_partitioned_queue_serves_its_other_partitions_while_one_master_is_frozen(
-    three_masters: Cluster, unique_name: str
+    three_masters: Cluster, unique_name: str, command_timeout: float
 ) -> None:
     """One partitioned queue over three masters, one master frozen (SIGSTOP): the partitions
     on the others keep being read, run and committed (a read, a wait, a recovery pass, a
     batch of completions or a promotion touching the frozen partitions used to fail as a
     whole, so the worker served nothing at all); once the master is back its partitions'
-    jobs run too, each exactly once."""
+    jobs run too, each exactly once. With the default 5 s command timeout as well: a dead
+    node's timeouts must not sit on the reader's path (they held every read and wait up for
+    seconds, so the healthy partitions got a job through every few seconds)."""
     runs: Counter[str] = Counter()
 
     async def handler(job: Job[str]) -> Outcome:
         runs[job.id] += 1
         return ACK
 
-    async with connect(three_masters.url, command_timeout=0.5, connect_timeout=0.5) as client:
+    timeouts = {"command_timeout": command_timeout, "connect_timeout": command_timeout}
+    async with connect(three_masters.url, **timeouts) as client:
         queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=12)
         frozen_node = three_masters.owner_of(key_slot(queue.partition(0).keys.ready))
         frozen = {
@@ -238,12 +243,14 @@ async def test_a_partitioned_queue_serves_its_other_partitions_while_one_master_
             try:
                 # jobs for every partition: the healthy ones must run during the outage
                 healthy = [i for i in range(12) if i not in frozen]
-                for round_ in range(4):
+                for round_ in range(6):
                     for i in healthy:
                         await queue.enqueue(f"during-{round_}-{i}", "x", ordering_key=keys[i])
+                    # noticing the node is down costs one command timeout, once; after that
+                    # the healthy partitions must flow at their normal pace
                     await wait_until(
                         lambda r=round_: all(runs[f"during-{r}-{i}"] for i in healthy),  # type: ignore[misc]
-                        timeout=10,
+                        timeout=3 + (command_timeout if round_ == 0 else 0),
                     )
                     await anyio.sleep(0.5)
             finally:
@@ -252,3 +259,50 @@ async def test_a_partitioned_queue_serves_its_other_partitions_while_one_master_
             await wait_until(lambda: all(runs[f"after-{i}"] for i in range(12)), timeout=30)
             await worker.stop()
     assert {k: v for k, v in runs.items() if v != 1} == {}
+
+
+async def test_long_jobs_of_healthy_partitions_keep_their_leases_while_a_master_is_frozen(
+    three_masters: Cluster, unique_name: str
+) -> None:
+    """A renewal call spans every partition with running jobs: it used to wait for the frozen
+    node within one bound, so the healthy partitions' renewals were thrown away too, their
+    leases expired and their running jobs were cancelled and run again."""
+    runs: Counter[str] = Counter()
+    started = anyio.Event()
+
+    async def handler(job: Job[str]) -> Outcome:
+        runs[job.id] += 1
+        if job.id.startswith("long"):
+            started.set()
+            await anyio.sleep(6)  # twice the visibility timeout, across the freeze
+        return ACK
+
+    async with connect(three_masters.url) as client:  # the default 5 s command timeout
+        queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=12)
+        frozen_node = three_masters.owner_of(key_slot(queue.partition(0).keys.ready))
+        healthy = [
+            i
+            for i in range(12)
+            if three_masters.owner_of(key_slot(queue.partition(i).keys.ready)) is not frozen_node
+        ]
+        keys = {i: next(f"k{n}" for n in range(10_000) if queue.partition_of(f"k{n}") == i)
+                for i in range(12)}  # fmt: skip
+        worker = Worker(restart_limits=LIMITS)
+        options = fast_options(visibility_timeout=timedelta(seconds=3), consumer_count=8)
+        worker.register(unique_name, handler, StrCodec(), options, partitions=12)
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run, client)
+            await queue.enqueue_many(
+                [(f"long-{i}", "x", keys[i]) for i in healthy[:3]] + [("long-frozen", "x", keys[0])]
+            )
+            with anyio.fail_after(10):
+                await started.wait()
+            await anyio.sleep(0.5)
+            os.kill(frozen_node.pid, signal.SIGSTOP)
+            try:
+                await wait_until(lambda: all(runs[f"long-{i}"] for i in healthy[:3]), timeout=10)
+                await anyio.sleep(6.5)  # the healthy long jobs finish and commit
+            finally:
+                os.kill(frozen_node.pid, signal.SIGCONT)
+            await worker.stop()
+    assert [runs[f"long-{i}"] for i in healthy[:3]] == [1, 1, 1]
