@@ -73,18 +73,20 @@ RESCAN_EVERY = 10
 """Every this many wait timeouts, every partition is read again (not only paused ones)."""
 
 
-async def gather(calls: Sequence[Callable[[], Awaitable[R]]]) -> list[R]:
-    """Run the calls concurrently (the client pipelines them); every call runs to its end,
-    then the first failure is raised, so one partition's error never cancels another's
-    in-flight script call."""
+async def _run_all(
+    calls: Sequence[Callable[[], Awaitable[R]]],
+) -> tuple[list[Any], dict[int, Exception]]:
+    """Run the calls concurrently (the client pipelines them), every call to its end: their
+    results (None where one failed) and the failures by index. One partition's error never
+    cancels another's in-flight script call."""
     out: list[Any] = [None] * len(calls)
-    errors: list[BaseException] = []
+    failures: dict[int, Exception] = {}
 
     async def one(i: int) -> None:
         try:
             out[i] = await calls[i]()
         except Exception as exc:
-            errors.append(exc)
+            failures[i] = exc
 
     if len(calls) == 1:
         await one(0)
@@ -92,8 +94,15 @@ async def gather(calls: Sequence[Callable[[], Awaitable[R]]]) -> list[R]:
         async with anyio.create_task_group() as tg:
             for i in range(len(calls)):
                 tg.start_soon(one, i)
-    if errors:
-        raise errors[0]
+    return out, failures
+
+
+async def gather(calls: Sequence[Callable[[], Awaitable[R]]]) -> list[R]:
+    """Run the calls concurrently; once every call has ended, raise the first failure (in
+    call order), else return the results."""
+    out, failures = await _run_all(calls)
+    if failures:
+        raise failures[min(failures)]
     return out
 
 
@@ -119,29 +128,13 @@ async def gather_reachable(
     """Like :func:`gather`, but a transient failure (an unreachable node) of some calls is
     reported as None in their places with the first such error; any other failure is raised.
     Raises the first transient error when every call failed."""
-    out: list[Any] = [None] * len(calls)
-    errors: list[BaseException] = []
-    transient: list[BaseException] = []
-
-    async def one(i: int) -> None:
-        try:
-            out[i] = await calls[i]()
-        except TRANSIENT as exc:
-            transient.append(exc)
-        except Exception as exc:
-            errors.append(exc)
-
-    if len(calls) == 1:
-        await one(0)
-    else:
-        async with anyio.create_task_group() as tg:
-            for i in range(len(calls)):
-                tg.start_soon(one, i)
-    if errors:
-        raise errors[0]
-    if transient and len(transient) == len(calls):
-        raise transient[0]
-    return out, (transient[0] if transient else None)
+    out, failures = await _run_all(calls)
+    other = [i for i, exc in failures.items() if not isinstance(exc, TRANSIENT)]
+    if other:
+        raise failures[min(other)]
+    if failures and len(failures) == len(calls):
+        raise failures[min(failures)]
+    return out, (failures[min(failures)] if failures else None)
 
 
 def _tagged(deliveries: Sequence[Delivery], origin: int) -> Sequence[Delivery]:
