@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import pytest
+from helpers.running import run_catching
 from jobs_helpers import fast_options, pending_count, wait_until, wait_until_async
 
 from respire_actors import RestartLimits
@@ -133,11 +134,7 @@ async def test_a_permanent_error_still_stops_the_worker(
     worker = worker_for(f"{unique_name}-a", f"{unique_name}-b", runs, breakage)
     failures: list[BaseException] = []
 
-    async def run_worker(*, task_status: anyio.abc.TaskStatus[None]) -> None:
-        try:
-            await worker.run(client, task_status=task_status)
-        except RestartIntensityExceeded as exc:
-            failures.append(exc)
+    run_worker = run_catching(worker, client, RestartIntensityExceeded, failures)
 
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:

@@ -7,6 +7,7 @@ from datetime import timedelta
 import anyio
 import anyio.abc
 import pytest
+from helpers.running import run_catching
 from jobs_helpers import (
     FAST,
     all_events,
@@ -355,11 +356,7 @@ async def test_a_worker_run_again_after_a_fatal_error_does_not_raise_it_again(
     worker.register(unique_name, handler, StrCodec(), fast_options())
     errors: list[BaseException] = []
 
-    async def first_run(*, task_status: anyio.abc.TaskStatus[None]) -> None:
-        try:
-            await worker.run(client, task_status=task_status)
-        except ConsumerGroupMissing as exc:
-            errors.append(exc)
+    first_run = run_catching(worker, client, ConsumerGroupMissing, errors)
 
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:

@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import anyio.abc
 import pytest
+from helpers.running import run_catching
 from jobs_helpers import fast_options, pending_count, text, wait_until, wait_until_async
 from sched_helpers import sched_options, xlen
 
@@ -54,11 +55,7 @@ async def test_a_group_deleted_under_a_running_worker_stops_it_without_replaying
     worker, seen = recording_worker(queue.name)
     errors: list[BaseException] = []
 
-    async def run(*, task_status: anyio.abc.TaskStatus[None]) -> None:
-        try:
-            await worker.run(client, task_status=task_status)
-        except ConsumerGroupMissing as exc:
-            errors.append(exc)
+    run = run_catching(worker, client, ConsumerGroupMissing, errors)
 
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
@@ -209,11 +206,7 @@ async def test_a_completion_that_meets_a_vanished_group_stops_the_worker(
     worker.register(queue.name, handler, StrCodec(), fast_options())
     errors: list[BaseException] = []
 
-    async def run(*, task_status: anyio.abc.TaskStatus[None]) -> None:
-        try:
-            await worker.run(client, task_status=task_status)
-        except ConsumerGroupMissing as exc:
-            errors.append(exc)
+    run = run_catching(worker, client, ConsumerGroupMissing, errors)
 
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:

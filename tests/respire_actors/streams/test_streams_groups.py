@@ -5,6 +5,7 @@ from __future__ import annotations
 import anyio
 import anyio.abc
 import pytest
+from helpers.running import run_catching
 from streams_helpers import (
     add,
     add_many,
@@ -167,11 +168,7 @@ async def test_a_group_deleted_under_a_running_stream_worker_stops_it_without_re
     worker.register(stream, handler, fast_options(start_id="0-0"))
     errors: list[BaseException] = []
 
-    async def run(*, task_status: anyio.abc.TaskStatus[None]) -> None:
-        try:
-            await worker.run(client, task_status=task_status)
-        except ConsumerGroupMissing as exc:
-            errors.append(exc)
+    run = run_catching(worker, client, ConsumerGroupMissing, errors)
 
     with anyio.fail_after(20):
         async with anyio.create_task_group() as tg:
