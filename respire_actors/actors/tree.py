@@ -128,8 +128,12 @@ class ConsumerHost:
         self._runtimes: dict[str, QueueRuntime] = {}
         self._supervisor: Supervisor | None = None
         self._fatal: BaseException | None = None
-        # a stop requested before the first tree was built (between start_soon(worker.run) and
-        # the construction): that run stops as soon as it has started
+        # the tree of the run in progress, from the moment it reported itself started
+        self._live: Supervisor | None = None
+        # set when the run in progress (started or starting) has ended; None between runs
+        self._ended: anyio.Event | None = None
+        # a stop requested while no run had started (between start_soon(worker.run) and the
+        # tree's start, or between two runs): the next run stops as soon as it has started
         self._stop_pending = False
 
     def _on_fatal(self, exc: BaseException) -> None:
@@ -154,11 +158,13 @@ class ConsumerHost:
         self, supervisor: Supervisor, task_status: anyio.abc.TaskStatus[None]
     ) -> None:
         def started(value: None = None) -> None:
+            self._live = supervisor
             task_status.started(value)
             if self._stop_pending:
                 self._stop_pending = False
                 supervisor.request_stop()
 
+        ended = self._ended = anyio.Event()
         try:
             await supervisor.run(task_status=_Started(started))
         except StartError as exc:
@@ -171,7 +177,9 @@ class ConsumerHost:
                 raise cause from exc
             raise
         finally:
+            self._live = self._ended = None
             self._stop_pending = False
+            ended.set()
             # The tree has stopped: nothing sends or receives any more. Deliveries still
             # buffered were never started and stay pending in Redis for recovery.
             for rt in self._runtimes.values():
@@ -182,20 +190,23 @@ class ConsumerHost:
 
     def request_stop(self) -> None:
         """Begin graceful shutdown (intake stops, handlers get their grace period). Requested
-        before the worker first ran (``run`` scheduled but not started yet, say), that run
-        stops as soon as it has started."""
-        if self._supervisor is None:
+        while no run has started (``run`` scheduled but not started yet, say, or a worker run
+        again after an earlier run ended), the next run stops as soon as it has started."""
+        if self._live is None:
             self._stop_pending = True
-        if self._supervisor is not None:
-            self._supervisor.request_stop()
+        else:
+            self._live.request_stop()
 
     async def stop(self) -> None:
-        """Graceful shutdown; returns when the tree has stopped (at once before the first run:
-        see :meth:`request_stop`)."""
-        if self._supervisor is None:
-            self._stop_pending = True
-        if self._supervisor is not None:
-            await self._supervisor.stop()
+        """Graceful shutdown; returns when the tree has stopped: a run still starting stops
+        once it has started; with no run in progress, returns at once and the next run stops
+        as soon as it has started (see :meth:`request_stop`)."""
+        if self._live is not None:
+            await self._live.stop()
+            return
+        self._stop_pending = True
+        if self._ended is not None:
+            await self._ended.wait()
 
     def statistics(self, name: str) -> WorkerStatistics:
         """This process's counters for one registration (queue or stream name)."""

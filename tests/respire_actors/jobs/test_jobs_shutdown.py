@@ -336,6 +336,46 @@ async def test_a_stop_requested_before_the_tree_is_built_stops_the_run(
             await finished.wait()
 
 
+async def test_a_stop_requested_before_a_second_run_starts_stops_that_run(
+    client: RedisClient, unique_name: str
+) -> None:
+    """The same Worker run a second time: request_stop() right after start_soon(worker.run)
+    used to reach run 1's finished tree and be dropped, so run 2 ran on. And stop() called
+    while a run is still starting waits for that run to end."""
+    worker = Worker()
+
+    async def handler(job: Job[str]) -> Outcome:
+        return ACK
+
+    worker.register(unique_name, handler, StrCodec(), fast_options())
+    for _ in range(2):
+        finished = anyio.Event()
+
+        async def run(done: anyio.Event = finished) -> None:
+            await worker.run(client)
+            done.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            worker.request_stop()
+            with anyio.fail_after(10):
+                await finished.wait()
+    async with anyio.create_task_group() as tg:
+        ended = anyio.Event()
+
+        async def third() -> None:
+            await worker.run(client)
+            ended.set()
+
+        tg.start_soon(third)
+        while worker._ended is None:  # noqa: ASYNC110 - until the run has begun starting
+            await anyio.sleep(0)
+        assert worker._live is None  # its tree has not reported started yet
+        with anyio.fail_after(10):
+            await worker.stop()
+        assert ended.is_set()
+
+
 async def test_a_worker_run_again_after_a_fatal_error_does_not_raise_it_again(
     client: RedisClient, unique_name: str
 ) -> None:
