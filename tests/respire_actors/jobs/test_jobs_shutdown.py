@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import pytest
 from helpers.running import run_catching
 from jobs_helpers import (
@@ -368,8 +369,8 @@ async def test_a_stop_requested_before_a_second_run_starts_stops_that_run(
             ended.set()
 
         tg.start_soon(third)
-        while worker._ended is None:  # noqa: ASYNC110 - until the run has begun starting
-            await anyio.sleep(0)
+        while worker._ended is None:
+            await anyio.lowlevel.checkpoint()
         assert worker._live is None  # its tree has not reported started yet
         with anyio.fail_after(10):
             await worker.stop()
