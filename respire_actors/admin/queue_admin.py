@@ -20,7 +20,7 @@ from ..jobs.options import RateLimit, validate_job_id
 from ..jobs.queue import JobQueue, _pairs, _to_event
 from ..keys import JobQueueKeys, validate_name
 from ..redis.client import RedisClient
-from ..redis.scripts import load
+from ..redis.scripts import load, run_many
 from ..retention import (
     DEFAULT_TRIM_LIMIT,
     TrimPlan,
@@ -409,11 +409,30 @@ class QueueAdmin:
         return retried
 
     async def _retry_chunk(self, ids: Sequence[str]) -> int:
-        reply = await _RETRY(self.client, (self.dead_key, self.keys.ready), ids)
+        """Retry up to 500 letters: one pipelined read of the letters (their job ids name the
+        result records each retry deletes), then one pipelined script call per letter."""
+        bodies = await self._bodies(self.dead_key, ids)
+        calls = []
+        statuses: dict[str, str] = {}
+        for dead_id in ids:
+            fields = bodies.get(dead_id)
+            job_id = _text(fields, "_respire.job.id") if fields is not None else ""
+            if fields is None:
+                statuses[dead_id] = "missing"
+            elif not job_id or "_respire.job.payload" not in fields:
+                statuses[dead_id] = "malformed"
+            else:
+                keys = (self.dead_key, self.keys.ready, self.keys.result(job_id))
+                calls.append((_RETRY, keys, (dead_id, job_id)))
+        sent = [dead_id for dead_id in ids if dead_id not in statuses]
+        for dead_id, reply in zip(sent, await run_many(self.client, calls), strict=True):
+            if isinstance(reply, BaseException):
+                raise reply
+            statuses[dead_id] = _s(reply)
         done = 0
-        for dead_id, outcome in zip(ids, reply, strict=True):
-            status = _s(outcome)
-            if status in ("missing", "malformed"):
+        for dead_id in ids:
+            status = statuses[dead_id]
+            if status in ("missing", "malformed", "changed"):
                 log.warning("%s: dead letter %s not retried (%s)", self.name, dead_id, status)
             else:
                 done += 1
@@ -471,7 +490,8 @@ class QueueAdmin:
     def _dead_ids(dead_ids: object) -> list[str]:
         if isinstance(dead_ids, str) or not isinstance(dead_ids, Sequence):
             raise ValidationError("dead_ids must be a list of dead-letter ids")
-        return [_entry_id(i, what="dead-letter id") for i in dead_ids]
+        # an id given twice is one letter: handled (and counted) once
+        return list(dict.fromkeys(_entry_id(i, what="dead-letter id") for i in dead_ids))
 
     # -- retention ------------------------------------------------------------------------
     async def trim_plan(

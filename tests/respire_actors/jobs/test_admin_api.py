@@ -346,3 +346,49 @@ async def test_bad_arguments_raise_before_sending(
     with pytest.raises(ValidationError, match=message):
         await call(admin)
     assert client.round_trips == before
+
+
+async def test_a_retried_dead_letter_no_longer_answers_status_and_result(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """With keep_results, a dead-lettered job's record used to survive the operator's retry:
+    while the retry ran, status() said dead-lettered and result() raised JobDeadLettered for
+    the earlier run at once instead of waiting for the new one."""
+    from respire_actors.errors import JobDeadLettered
+
+    admin = QueueAdmin(client, queue.name)
+    release = anyio.Event()
+    started: list[int] = []
+
+    async def handler(job: Job[str]) -> Any:
+        started.append(1)
+        if len(started) == 1:
+            return DeadLetter("explicit", detail="first run failed")
+        await release.wait()
+        return "second run ok"
+
+    await queue.enqueue("j", "p")
+    options = fast_options(keep_results=timedelta(minutes=5))
+    async with running_worker(client, queue.name, handler, options=options):
+        with pytest.raises(JobDeadLettered):
+            await queue.result("j", timeout=10)
+        (letter,) = (await admin.dead_letters()).rows
+        assert await admin.retry_dead_letters([letter.dead_id, letter.dead_id]) == 1
+        await wait_until_async(lambda: _started_twice(started))
+        assert (await queue.status("j")).state == "unknown"
+        async with anyio.create_task_group() as tg:
+            got: list[Any] = []
+
+            async def wait_result() -> None:
+                got.append(await queue.result("j", timeout=10))
+
+            tg.start_soon(wait_result)
+            await anyio.sleep(0.2)
+            assert got == []  # waiting for the new run, not answered by the old record
+            release.set()
+        assert got == ["second run ok"]
+        assert (await queue.status("j")).state == "completed"
+
+
+async def _started_twice(started: list[int]) -> bool:
+    return len(started) >= 2
