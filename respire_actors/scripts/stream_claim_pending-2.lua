@@ -10,12 +10,14 @@
 -- ARGV[5]  cursor ('0-0' to start)
 -- ARGV[6]  page size (1 .. 1000)
 -- ARGV[7]  delivery limit (0 = unlimited)
+-- ARGV[8]  '1' to delete the entries dead-lettered here after acknowledging them (the worker's
+--          delete_acknowledged, as stream_complete does), '0' (the default) to keep them
 --
 -- Returns {'ok', next_cursor, claimed, deleted_count, dead_count}; claimed is a list of
 -- {id, fields, deliveries}. Entries whose handlers already had the limit (deliveries before this
 -- claim >= ARGV[7]) are copied to the dead-letter stream (fields plus _respire.source_id,
 -- _respire.attempt = the deliveries handlers got, _respire.reason=delivery-limit,
--- _respire.consumer) and acknowledged, not returned. PEL references to deleted entries are
+-- _respire.consumer) and acknowledged (and deleted with ARGV[8]), not returned. PEL references to deleted entries are
 -- cleared and counted. Errors: RESPIRE_WRONGTYPE, RESPIRE_NOPERM, RESPIRE_ARGUMENT.
 --!include lib/preflight.lua
 --!include lib/claim.lua
@@ -24,13 +26,16 @@
 local stream, dead = KEYS[1], KEYS[2]
 local group, consumer, mode = ARGV[1], ARGV[2], ARGV[3]
 local min_idle, cursor, count = tonumber(ARGV[4]), ARGV[5], tonumber(ARGV[6])
-local limit = tonumber(ARGV[7])
+local limit, delete = tonumber(ARGV[7]), ARGV[8] or '0'
 if (mode ~= 'recover' and mode ~= 'replay') or not count or count < 1 or count > 1000
-    or not limit or limit < 0 or not min_idle or min_idle < 0 then
+    or not limit or limit < 0 or not min_idle or min_idle < 0
+    or (delete ~= '0' and delete ~= '1') or #ARGV > 8 then
   return redis.error_reply('RESPIRE_ARGUMENT bad recovery arguments')
 end
-local err = respire_preflight({{stream, 'stream'}, {dead, 'stream'}},
-  {{'XADD', dead, '*', 'f', 'v'}, {'XACK', stream, group, '0-1'}})
+delete = delete == '1'
+local perms = {{'XADD', dead, '*', 'f', 'v'}, {'XACK', stream, group, '0-1'}}
+if delete then perms[#perms + 1] = {'XDEL', stream, '0-1'} end
+local err = respire_preflight({{stream, 'stream'}, {dead, 'stream'}}, perms)
 if err then return err end
 
 local entries, next_cursor, deleted =
@@ -45,6 +50,7 @@ for _, entry in ipairs(entries) do
     if limit > 0 and deliveries - 1 >= limit then
       respire_dead_letter(dead, fields, nil, id, deliveries - 1, 'delivery-limit', consumer)
       redis.call('XACK', stream, group, id)
+      if delete then redis.call('XDEL', stream, id) end
       dead_count = dead_count + 1
     else
       claimed[#claimed + 1] = {id, fields, deliveries}

@@ -250,7 +250,16 @@ class StreamSource:
         reply = await _CLAIM(
             self.client,
             (self.stream_key, self.dead),
-            (self.group, consumer, mode, min_idle_ms, cursor, count, limit),
+            (
+                self.group,
+                consumer,
+                mode,
+                min_idle_ms,
+                cursor,
+                count,
+                limit,
+                int(self.delete_acknowledged),
+            ),
         )
         return claim_result(reply)
 

@@ -61,9 +61,10 @@ async def claim(
     cursor: str = "0-0",
     count: Any = 10,
     limit: Any = 0,
+    *extra: Any,
 ) -> Any:
     return await CLAIM(
-        client, (stream, dead), (GROUP, consumer, mode, min_idle, cursor, count, limit)
+        client, (stream, dead), (GROUP, consumer, mode, min_idle, cursor, count, limit, *extra)
     )
 
 
@@ -150,6 +151,30 @@ async def test_recover_claims_idle_entries_and_dead_letters_past_the_limit(
         "_respire.reason": b"delivery-limit",
         "_respire.consumer": b"me",
     }
+
+
+@pytest.mark.parametrize("delete", ["0", "1"])
+async def test_recover_deletes_what_it_dead_letters_when_asked(
+    client: RedisClient, stream: str, dead: str, delete: str
+) -> None:
+    ids = await setup(client, stream, 1)
+    await read(client, stream, "crashed")
+    reply = await claim(client, stream, dead, "me", "recover", 0, "0-0", 10, 1, delete)
+    assert int(reply[4]) == 1
+    assert await pending(client, stream) == []
+    left = [i for i, _ in await xrange(client, stream)]
+    assert left == ([] if delete == "1" else [ids[0]])
+
+
+@pytest.mark.parametrize("delete", ["2", "yes", ""])
+async def test_recover_refuses_a_bad_delete_flag(
+    client: RedisClient, stream: str, dead: str, delete: str
+) -> None:
+    await setup(client, stream, 1)
+    await read(client, stream, "crashed")
+    with pytest.raises(ScriptError, match="RESPIRE_ARGUMENT"):
+        await claim(client, stream, dead, "me", "recover", 0, "0-0", 10, 1, delete)
+    assert [c for _, c, _ in await pending(client, stream)] == ["crashed"]
 
 
 async def test_recover_respects_the_idle_time(client: RedisClient, stream: str, dead: str) -> None:

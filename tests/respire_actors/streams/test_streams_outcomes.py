@@ -213,6 +213,28 @@ async def test_recovery_dead_letters_entries_past_the_limit(
     }
 
 
+async def test_recovery_deletes_what_it_dead_letters_with_delete_acknowledged(
+    client: RedisClient, unique_name: str
+) -> None:
+    """With delete_acknowledged, an entry recovery dead-letters at the limit (a crashed
+    consumer's) used to stay in the stream for good, acknowledged by every group: a poison
+    entry or crash loop leaked one entry each."""
+    stream = unique_name
+    await client.execute("XGROUP", "CREATE", stream, "respire", "0", "MKSTREAM")
+    entry = await add(client, stream, k="v")
+    assert await deliver_by_hand(client, stream, "respire", "crashed") == [entry]
+
+    async def handler(e: StreamEntry) -> Any:
+        return ACK
+
+    options = fast_options(visibility_timeout=FAST, delivery_limit=1, delete_acknowledged=True)
+    async with running(client, stream, handler, options) as worker:
+        await wait_until(lambda: stats(worker, stream).dead_lettered_by_recovery == 1)
+    assert await xlen(client, stream) == 0
+    assert await xlen(client, f"{stream}:dead") == 1
+    assert await pending_rows(client, stream, "respire") == []
+
+
 async def test_recovery_off_leaves_a_crashed_consumers_entries_pending(
     client: RedisClient, unique_name: str
 ) -> None:
