@@ -11,9 +11,15 @@ cannot serialise. Both are raised locally, before or after talking to Redis, nev
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from collections.abc import Callable, Mapping, MutableMapping
+from enum import Enum
+from typing import Any, Generic, Protocol, TypeVar, cast, get_args, get_origin, runtime_checkable
 
+import attrs
+from cattrs import BaseConverter
+from cattrs.cols import is_mapping, mapping_structure_factory
 from cattrs.preconf.json import JsonConverter, make_converter
 
 from .errors import ValidationError
@@ -104,16 +110,61 @@ def _strict(kind: type[Any], *accepted: type[Any]) -> Any:
     return structure
 
 
+def _scalar_keyed(cl: Any) -> bool:
+    """A mapping type whose keys JSON writes as the text of a number or bool: ``dict[int,
+    X]``, ``dict[float, X]``, ``dict[bool, X]`` or keyed by an enum of such values."""
+    if not is_mapping(cl):
+        return False
+    args = get_args(cl)
+    if not args:
+        return False
+    key = args[0]
+    if key in (int, float, bool):
+        return True
+    return isinstance(key, type) and issubclass(key, Enum) and not issubclass(key, str)
+
+
+def _scalar_key(key: object) -> object:
+    """A JSON object key back as the number or bool it was written from (``"7"`` -> 7,
+    ``"true"`` -> True); any other text stays text, for the key's strict hook to refuse."""
+    if isinstance(key, str):
+        try:
+            parsed = json.loads(key)
+        except ValueError:
+            return key
+        if isinstance(parsed, int | float):  # bool is an int
+            return parsed
+    return key
+
+
+def _scalar_keyed_mapping(cl: Any, converter: BaseConverter) -> Callable[[Any, Any], Any]:
+    structure_to = get_origin(cl) or cl
+    if structure_to in (Mapping, MutableMapping):
+        structure_to = dict  # as cattrs builds them
+    inner = mapping_structure_factory(cl, converter, structure_to)
+
+    def structure(value: Any, _: Any) -> Any:
+        if isinstance(value, Mapping):
+            value = {_scalar_key(k): v for k, v in value.items()}
+        return inner(value, cl)
+
+    return structure
+
+
 def strict_converter() -> JsonConverter:
     """A cattrs JSON converter that structures ``str``, ``int``, ``float`` and ``bool`` fields
     only from JSON values of that type (cattrs' default would turn ``123`` into ``"123"`` and
-    ``true`` into ``1``). An ``int`` is accepted where a ``float`` is expected. Unknown keys are
+    ``true`` into ``1``). An ``int`` is accepted where a ``float`` is expected. Mapping keys
+    are the exception JSON forces: an object key is always text, so the keys of ``dict[int,
+    X]``, ``dict[float, X]``, ``dict[bool, X]`` (or an enum of such values) are read back from
+    the text JSON wrote for them (``"7"`` -> 7; ``"7.5"`` is no ``int``). Unknown keys are
     ignored, so producers can add fields before every worker is upgraded."""
     converter = make_converter()
     converter.register_structure_hook(str, _strict(str))
     converter.register_structure_hook(int, _strict(int))
     converter.register_structure_hook(float, _strict(float, int, float))
     converter.register_structure_hook(bool, _strict(bool))
+    converter.register_structure_hook_factory(_scalar_keyed, _scalar_keyed_mapping)
     return converter
 
 
@@ -183,6 +234,40 @@ def _json_key(key: object) -> str:
     return repr(key)
 
 
+def _check_source_keys(value: object, converter: JsonConverter) -> None:
+    """Raise ValueError if a mapping anywhere in ``value`` (inside lists, sets, dataclasses
+    and attrs classes too) has two keys that unstructure to the same JSON key text
+    (``{Color.RED: 1, 1: 2}`` with ``Color.RED.value == 1``): the unstructured copy would hold
+    only one of them, too late to tell."""
+    stack = [value]
+    seen_ids: set[int] = set()
+    while stack:
+        item = stack.pop()
+        if id(item) in seen_ids:
+            continue
+        if isinstance(item, Mapping):
+            seen_ids.add(id(item))
+            if not all(type(k) is str for k in item):
+                texts: dict[str, object] = {}
+                for key in item:
+                    text = _json_key(converter.unstructure(key))
+                    if text in texts:
+                        raise ValueError(
+                            f"keys {texts[text]!r} and {key!r} would both be the JSON key {text!r}"
+                        )
+                    texts[text] = key
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple | set | frozenset):
+            seen_ids.add(id(item))
+            stack.extend(item)
+        elif dataclasses.is_dataclass(item) and not isinstance(item, type):
+            seen_ids.add(id(item))
+            stack.extend(getattr(item, f.name, None) for f in dataclasses.fields(item))
+        elif attrs.has(type(item)):
+            seen_ids.add(id(item))
+            stack.extend(getattr(item, a.name, None) for a in attrs.fields(cast(Any, type(item))))
+
+
 def _check_object_keys(value: object) -> None:
     """Raise ValueError if a mapping in ``value`` has two keys JSON writes alike."""
     stack = [value]
@@ -219,6 +304,7 @@ class JsonValueCodec:
         hold, and for a mapping whose keys would collide as JSON object keys (``{1: "a",
         "1": "b"}``, ``{True: 1, "true": 2}``): JSON would keep only one of them."""
         try:
+            _check_source_keys(value, self._converter)
             plain = self._converter.unstructure(value)
             _check_object_keys(plain)
             return json.dumps(plain, ensure_ascii=False, allow_nan=False).encode("utf-8")

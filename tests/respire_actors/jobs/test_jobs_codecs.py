@@ -4,7 +4,10 @@ types."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
 from typing import Any
 
 import anyio
@@ -193,6 +196,57 @@ def test_json_value_codec_refuses_keys_that_json_would_merge(value: Any) -> None
     {"1": "b"}, a kept result silently changed."""
     with pytest.raises(EncodeError, match="would both be the JSON key"):
         JsonValueCodec().encode(value)
+
+
+class Color(Enum):
+    RED = 1
+    BLUE = 2
+
+
+@dataclass
+class Holder:
+    table: dict[Any, str]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{Color.RED: "enum", 1: "int"},
+     {datetime(2026, 1, 1): "dt", "2026-01-01T00:00:00": "str"},
+     [Holder({Color.BLUE: "a", 2: "b"})],
+     {"deep": {Color.RED: 1, "1": 2}}],
+)  # fmt: skip
+def test_json_value_codec_refuses_keys_that_collide_once_unstructured(value: Any) -> None:
+    """Found by review: an enum member and its value, or a datetime and its ISO text, only
+    collide once cattrs has unstructured them, and the unstructured copy had already merged
+    them: the result was stored with one entry silently dropped."""
+    with pytest.raises(EncodeError, match="would both be the JSON key"):
+        JsonValueCodec().encode(value)
+
+
+@dataclass
+class Order:
+    quantities: dict[int, int]
+    prices: dict[float, str]
+    flags: dict[bool, int]
+    by_color: dict[Color, int]
+
+
+def test_json_codec_reads_back_number_and_bool_mapping_keys() -> None:
+    """Found by review: JSON writes every object key as text, and the strict int hook refused
+    "7" as an int key, so a dataclass with a dict[int, int] field could never be enqueued
+    (EncodeError: would not decode) and such results never read back."""
+    order = Order({7: 2, -3: 1}, {1.5: "a", 2.0: "b"}, {True: 1, False: 0}, {Color.BLUE: 3})
+    codec = JsonCodec(Order)
+    assert codec.decode(codec.encode(order)) == order
+    assert JsonCodec(Mapping[int, str]).decode(b'{"1": "a"}') == {1: "a"}
+    for bad in (b'{"7.5": 1}', b'{"x": 1}', b'{"true": 1}', b'{"1e3": 1}'):
+        with pytest.raises(DecodeError):
+            JsonCodec(dict[int, int]).decode(bad)
+    with pytest.raises(DecodeError):
+        JsonCodec(dict[bool, int]).decode(b'{"1": 1}')
+    # values stay strict: only keys are read from text
+    with pytest.raises(DecodeError):
+        JsonCodec(dict[int, int]).decode(b'{"1": "2"}')
 
 
 def test_json_value_codec_converts_keys_and_bytes_as_documented() -> None:
