@@ -162,6 +162,28 @@ def same_slot(*keys: str) -> bool:
     return len({hash_tag(k) for k in keys}) <= 1
 
 
+RESERVED_JOB_SUFFIXES = frozenset(
+    {"ready", "events", "control", "scheduled", "due", "coordinated", "partitions",
+     "recurring", "recurring-due", "recurring-order", "recurring-cursor"}
+)  # fmt: skip
+"""Key suffixes of a job queue's own keys (a caller-chosen suffix must not be one)."""
+RESERVED_JOB_PREFIXES = ("ready:", "dedup:", "logs:", "result:", "flow:", "batch:")
+"""Suffix beginnings of a job queue's per-job and per-feature keys."""
+
+
+def validate_job_key_suffix(suffix: object, *, what: str) -> str:
+    """Check a caller-chosen key suffix inside a job queue's slot (``JobQueueKeys.custom``):
+    a valid name that is none of the queue's own keys. Raises :class:`ValidationError`."""
+    name = validate_name(suffix, what=what)
+    if name in RESERVED_JOB_SUFFIXES or name.startswith(RESERVED_JOB_PREFIXES):
+        raise ValidationError(
+            f"{what} {name!r} would reuse a key of the queue itself; the reserved names are "
+            f"{', '.join(sorted(RESERVED_JOB_SUFFIXES))} and anything starting with "
+            f"{', '.join(RESERVED_JOB_PREFIXES)}"
+        )
+    return name
+
+
 MAX_PARTITIONS = 1024
 """Most partitions one partitioned job queue may have."""
 

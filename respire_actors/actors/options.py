@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from ..errors import ValidationError
-from ..keys import validate_name
+from ..keys import validate_job_key_suffix, validate_name
 
 MAX_MS = 2**31 - 1
 CONSUMER_GROUP = "respire"
@@ -328,11 +328,7 @@ class WorkerOptions:
         ):
             raise ValidationError("delivery_limit must be a positive integer or None (unlimited)")
         if self.dead_letter_stream is not None:
-            validate_name(self.dead_letter_stream, what="dead_letter_stream suffix")
-            if self.dead_letter_stream in {"ready", "events", "control", "scheduled", "due"}:
-                raise ValidationError(
-                    f"dead_letter_stream {self.dead_letter_stream!r} would reuse a queue key"
-                )
+            validate_job_key_suffix(self.dead_letter_stream, what="dead_letter_stream suffix")
         if self.consumer_name is not None:
             validate_name(self.consumer_name, what="consumer_name")
         if self.telemetry_name is not None:

@@ -18,7 +18,7 @@ from ..codecs import StrCodec
 from ..errors import RespireError, ServerError, ValidationError
 from ..jobs.options import RateLimit, validate_job_id
 from ..jobs.queue import JobQueue, _pairs, _to_event
-from ..keys import JobQueueKeys, validate_name
+from ..keys import JobQueueKeys, validate_job_key_suffix, validate_name
 from ..redis.client import RedisClient
 from ..redis.scripts import load, run_many
 from ..retention import (
@@ -137,7 +137,7 @@ class QueueAdmin:
             raise ValidationError(f"client must be a RedisClient, got {type(client).__name__}")
         validate_name(name)
         if dead_stream is not None:
-            validate_name(dead_stream, what="dead-letter stream suffix")
+            validate_job_key_suffix(dead_stream, what="dead-letter stream suffix")
         self.client = client
         self.name = name
         self.keys = JobQueueKeys(name, client.key_prefix)
