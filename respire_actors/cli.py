@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib
 import inspect
 import logging
@@ -16,7 +17,7 @@ import os
 import signal
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,7 +39,13 @@ from . import __version__
 from .chaos.cli import add_chaos_parser, run_chaos
 from .cli_admin import ADMIN_COMMANDS, add_admin_commands, run_admin_command
 from .embedded import DATA_DIR_ENV, EmbeddedConfig, run_embedded_server, running_server_url
-from .errors import ConfigurationError, RedisUnavailable, RespireError, ServerError
+from .errors import (
+    ConfigurationError,
+    EmbeddedServerError,
+    RedisUnavailable,
+    RespireError,
+    ServerError,
+)
 from .redis.client import DEFAULT_URL_ENV, ConnectionSettings, RedisClient, connect
 from .startup import connect_when_loaded
 
@@ -148,11 +155,32 @@ async def serve(
     embedded_config = EmbeddedConfig(data_dir=config.data_dir)
 
     async def embedded(*, task_status: anyio.abc.TaskStatus[None]) -> None:
-        async with anyio.create_task_group() as tg:
-            url_holder["url"] = await tg.start(run_embedded_server, embedded_config)
-            task_status.started()
-            await current_child().wait_stop_requested()
-            tg.cancel_scope.cancel()  # SIGTERM to the server: it flushes its AOF and exits
+        # A server that dies under the running app is started again in place (same port and
+        # data directory): the app's connection recovers by itself and its in-flight
+        # completions commit, instead of a rest_for_one restart that first waits out the app's
+        # graceful stop against a server that cannot come back until that stop ends. A server
+        # that cannot be restarted in place fails this child (rest_for_one takes over).
+        deaths: list[float] = []
+        server_config = embedded_config
+
+        def ready(url: str) -> None:
+            if server_config is embedded_config:  # this child's first server
+                url_holder["url"] = url
+                task_status.started()
+            else:
+                log.info("the embedded server is back at %s", url)
+
+        while True:
+            died = await _embedded_until_stop_or_death(server_config, ready)
+            if died is None:
+                return  # stop requested: the server got SIGTERM and flushed its AOF
+            now = anyio.current_time()
+            deaths[:] = [t for t in deaths if now - t < IN_PLACE_PERIOD] + [now]
+            if len(deaths) > IN_PLACE_RESTARTS:
+                raise died
+            port = int(url_holder["url"].rsplit(":", 1)[1])
+            server_config = dataclasses.replace(embedded_config, port=port)
+            log.warning("the embedded server died (%s); starting it again on port %d", died, port)
 
     async def host(*, task_status: anyio.abc.TaskStatus[None]) -> None:
         async with connect_when_loaded(url_holder["url"]) as client:
@@ -197,6 +225,37 @@ async def serve(
         await tg.start(run_root)
         tg.start_soon(stop_when_app_returns)
         task_status.started(root)
+
+
+IN_PLACE_RESTARTS = 5
+IN_PLACE_PERIOD = 60.0
+"""At most this many in-place restarts of the embedded server per period; one more death
+fails the server child, and the supervisor restarts it and the app."""
+
+
+async def _embedded_until_stop_or_death(
+    config: EmbeddedConfig, ready: Callable[[str], None]
+) -> EmbeddedServerError | None:
+    """Run the embedded server until the supervisor asks this child to stop (None) or the
+    server exits by itself after it was ready (that error); ``ready`` gets its URL once it
+    answers. A server that fails to start raises."""
+    died: list[EmbeddedServerError] = []
+    async with anyio.create_task_group() as tg:
+
+        async def server(*, task_status: anyio.abc.TaskStatus[str]) -> None:
+            status = _StartedOnce(task_status)
+            try:
+                await run_embedded_server(config, task_status=status)
+            except EmbeddedServerError as exc:
+                if not status.called:
+                    raise  # it never started: nothing to restart in place
+                died.append(exc)
+                tg.cancel_scope.cancel()
+
+        ready(await tg.start(server))
+        await current_child().wait_stop_requested()
+        tg.cancel_scope.cancel()  # SIGTERM to the server: it flushes its AOF and exits
+    return died[0] if died else None
 
 
 async def _run_app(

@@ -6,7 +6,8 @@ acknowledged them, then prints one line::
 
     done: <distinct job ids run> distinct, <handler runs> runs, <pending> pending, <keys> keys
 
-and returns (exit code 0), or with ``COUNT_STAY=1`` keeps serving until stopped. Every run of
+and returns (exit code 0), or with ``COUNT_STAY=1`` keeps serving until stopped. With
+``COUNT_SLEEP=<seconds>`` each handler run sleeps that long after counting. Every run of
 the handler increments the job's field in the hash ``test-runs:<queue>``, so a job run twice
 shows up as more runs than distinct ids. ``tests.apps.counting:worker`` is the bare worker
 (a worker-only serve).
@@ -52,6 +53,7 @@ _clients: list[RedisClient] = []
 async def count_run(job: Job[Item]) -> Outcome:
     if _clients:
         await _clients[0].execute("HINCRBY", RUNS, job.id, 1)
+    await anyio.sleep(float(os.environ.get("COUNT_SLEEP", "0")))
     return ACK
 
 

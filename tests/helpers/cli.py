@@ -77,6 +77,14 @@ class Served:
             time.sleep(0.05)
         raise AssertionError(f"no {needle!r} on serve's stderr: {self.stderr()!r}")
 
+    def wait_for_stderr_count(self, needle: str, count: int, timeout: float = 60) -> None:
+        """Wait until ``needle`` occurs on at least ``count`` lines of stderr."""
+        deadline = time.monotonic() + timeout
+        while sum(needle in line for line in self.stderr().splitlines()) < count:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"not {count} x {needle!r} on stderr: {self.stderr()!r}")
+            time.sleep(0.05)
+
     def signal(self, signum: signal.Signals) -> None:
         self.proc.send_signal(signum)
 

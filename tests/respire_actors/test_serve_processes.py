@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -136,27 +137,84 @@ def test_serve_waits_for_an_external_server_that_is_loading(tmp_path: Path) -> N
         server.stop()
 
 
-def test_serve_restarts_the_app_with_its_embedded_server_when_the_server_dies(
+def test_serve_restarts_a_dead_embedded_server_in_place_under_a_busy_worker(
     tmp_path: Path,
 ) -> None:
-    """The embedded valkey-server is SIGKILLed under a running serve: rest_for_one restarts it
-    and then the app on a fresh connection, which serves again (the restart used to be taken
-    for the app's own return: serve stopped and exited 0 with its service gone)."""
+    """The embedded valkey-server is SIGKILLed while the worker is busy: it is started again
+    on the same port and data directory, and the running worker carries on. Found by review:
+    rest_for_one first stopped the app gracefully, and its completer spent its whole shutdown
+    budget (22 s) retrying commits against a server that could not come back until then."""
+    data = tmp_path / "data"
+    env = {"COUNT_JOBS": "600", "COUNT_BATCH": "busy", "COUNT_STAY": "1", "COUNT_SLEEP": "0.2"}
+    with serving(APP, "--data-dir", str(data), stderr_path=tmp_path / "serve.err", env=env) as s:
+        assert "enqueued 600" in s.wait_for_line("enqueued")
+        time.sleep(1.0)  # jobs in flight, completions on their way
+        record = embedded.read_record(data)
+        assert record is not None
+        os.kill(record.server_pid, signal.SIGKILL)
+        killed = time.monotonic()
+        s.wait_for_stderr("starting it again on port")
+        line = s.wait_for_line("done:")
+        took = time.monotonic() - killed
+        assert line.startswith("done: 600 distinct,") and ", 0 pending" in line, line
+        # ~6 s of work was left; the old stop-then-restart stalled 22 s before restarting
+        assert took < 20, f"{took:.1f} s from the kill to the last job"
+        assert "child 'app' restarted" not in s.stderr()
+        again = embedded.read_record(data)
+        assert again is not None and again.server_pid != record.server_pid
+        assert again.port == record.port
+        s.signal(signal.SIGTERM)
+        assert s.wait() == 0, s.stderr()
+        wait_gone(again.server_pid)
+
+
+def test_serve_restarts_the_app_when_the_embedded_server_keeps_dying(tmp_path: Path) -> None:
+    """More in-place restarts than IN_PLACE_RESTARTS within the period: the server child
+    fails, and rest_for_one restarts the server and then the app on a fresh connection, which
+    serves again (the restart used to be taken for the app's own return: serve stopped and
+    exited 0 with its service gone)."""
+    from respire_actors.cli import IN_PLACE_RESTARTS
+
     data = tmp_path / "data"
     env = {"COUNT_JOBS": "20", "COUNT_BATCH": "first", "COUNT_STAY": "1"}
     with serving(APP, "--data-dir", str(data), stderr_path=tmp_path / "serve.err", env=env) as s:
         assert "done: 20 distinct, 20 runs, 0 pending" in s.wait_for_line("done:")
-        record = embedded.read_record(data)
-        assert record is not None
-        os.kill(record.server_pid, signal.SIGKILL)
+        pids = []
+        for restarts in range(IN_PLACE_RESTARTS + 1):
+            if restarts:  # killed before serve saw it ready, it would only fail to start
+                s.wait_for_stderr_count("the embedded server is back", restarts)
+            record = wait_for_new_server(data, pids)
+            pids.append(record.server_pid)
+            os.kill(record.server_pid, signal.SIGKILL)
         s.wait_for_stderr("child 'app' restarted")
         # the restarted app enqueues the same batch again: deduplicated (the AOF kept it), and
         # served by the restarted worker
         assert "done: 20 distinct, 20 runs, 0 pending" in s.wait_for_line("done:")
         assert s.proc.poll() is None, s.stderr()
-        again = embedded.read_record(data)
-        assert again is not None and again.server_pid != record.server_pid
-        assert embedded._pid_alive(again.server_pid)
+        assert s.stderr().count("starting it again on port") == IN_PLACE_RESTARTS
+        again = wait_for_new_server(data, pids)
         s.signal(signal.SIGTERM)
         assert s.wait() == 0, s.stderr()
         wait_gone(again.server_pid)
+
+
+def wait_for_new_server(data: Path, old: list[int], timeout: float = 30) -> embedded.ServerRecord:
+    """The record of an embedded server in ``data`` that answers PING and whose pid is not
+    in ``old``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        record = embedded.read_record(data)
+        fresh = record is not None and record.server_pid not in old
+        if fresh and record is not None and answers_ping(record.port):
+            return record
+        assert time.monotonic() < deadline, "no new embedded server"
+        time.sleep(0.05)
+
+
+def answers_ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
