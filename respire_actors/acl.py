@@ -85,6 +85,7 @@ ROLE_COMMANDS: Mapping[Role, tuple[str, ...]] = {
         "zrange",
         "zrangebyscore",
         "zrangebylex",
+        "zlexcount",
         "xadd",
         "xdel",
         "xack",

@@ -89,7 +89,7 @@ local probes = respire_admit_probes(respire_ack_probes(
 local err = respire_preflight(
   {{ready, 'stream'}, {events, 'stream'}, {dead, 'stream'}, {policy, 'hash'}, {owners, 'hash'},
    {leases, 'zset'}, {parked, 'zset'}},
-  respire_lease_probes(probes, leases, owners, parked))
+  respire_lease_probes(respire_fence_probes(probes, ready, true), leases, owners, parked))
 if not err then err = respire_metrics_preflight(ready, retention) end
 if err then return err end
 if redis.call('EXISTS', ready) == 0 then return {'ok', '0-0', {}, 0, 0, 0} end

@@ -59,9 +59,9 @@ if not ack_mode then return merr end
 local err = respire_preflight(
   {{ready, 'stream'}, {events, 'stream'}, {dead, 'stream'}, {leases, 'zset'}, {owners, 'hash'},
    {parked, 'zset'}},
-  respire_ack_probes(
+  respire_fence_probes(respire_ack_probes(
     {{'XADD', events, '*', 'f', 'v'}, {'XDEL', events, '0-1'}, {'XADD', dead, '*', 'f', 'v'},
-     {'XDEL', dead, '0-1'}}, ready, group, ack_mode))
+     {'XDEL', dead, '0-1'}}, ready, group, ack_mode), ready, true))
 if not err then err = respire_metrics_preflight(ready, retention) end
 if err then return err end
 -- Leases exist only once a grouped job was delivered: ungrouped queues skip the body read.

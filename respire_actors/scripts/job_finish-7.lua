@@ -83,7 +83,7 @@ if grouped then respire_lease_probes(probes, leases, owners, parked) end
 local err = respire_preflight(
   {{ready, 'stream'}, {events, 'stream'}, {dead, 'stream'}, {record, 'hash'}, {leases, 'zset'},
    {owners, 'hash'}, {parked, 'zset'}},
-  respire_ack_probes(probes, ready, group, ack_mode))
+  respire_fence_probes(respire_ack_probes(probes, ready, group, ack_mode), ready, true))
 if not err then err = respire_metrics_preflight(ready, retention) end
 if err then return err end
 

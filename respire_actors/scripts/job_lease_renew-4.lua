@@ -43,13 +43,16 @@ for i = 0, n - 1 do
   if ARGV[6 + i * 3] ~= '' then grouped = true end
 end
 local types = {{ready, 'stream'}}
-local probes = {{'XCLAIM', ready, group, consumer, '0', '0-1', 'JUSTID'}}
+local probes = respire_fence_probes({{'XCLAIM', ready, group, consumer, '0', '0-1', 'JUSTID'}},
+                                    ready, grouped)
 if grouped then
   types[#types + 1] = {leases, 'zset'}
   types[#types + 1] = {owners, 'hash'}
   types[#types + 1] = {policy, 'hash'}
   probes[#probes + 1] = {'HSET', owners, 'f', 'v'}
   probes[#probes + 1] = {'ZADD', leases, '0', 'm'}
+  probes[#probes + 1] = {'HGET', owners, 'f'}
+  probes[#probes + 1] = {'HGET', policy, 'f'}
 end
 local err = respire_preflight(types, probes)
 if err then return err end

@@ -34,8 +34,9 @@ if not count then return mode end
 local early, allowed, pace, window = respire_read_admission(ready, control, group, count,
                                                              min_idle)
 if early then return early end
+-- TIME: an expiry is checked on the server clock after the entries were delivered
 local err = respire_preflight({}, respire_admit_probes(
-  respire_ack_probes({}, ready, group, mode), control, window))
+  respire_ack_probes({{'TIME'}}, ready, group, mode), control, window))
 if err then return err end
 local reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', allowed,
                          'STREAMS', ready, '>')

@@ -58,6 +58,7 @@ local err = respire_preflight(
                         {'ZREM', jobs, 'm'}, {'ZADD', order, '0', 'm'},
                         {'HINCRBY', policy, 'f', '1'}, {'HDEL', policy, 'f'}}, ready, group, ack_mode),
     leases, owners, parked))
+if not err then err = respire_preflight({}, respire_fence_probes({}, ready, true)) end
 if err then return err end
 
 local now = respire_now_ms()

@@ -70,6 +70,21 @@ probes[#probes + 1] = {'HSET', policy, 'f', 'v'}
 probes[#probes + 1] = {'HDEL', policy, 'f'}
 probes[#probes + 1] = {'HINCRBY', policy, 'f', '1'}
 probes[#probes + 1] = {'ZREM', parked, 'm'}
+-- the reads of the visits, which run after the first delivery was written
+respire_fence_probes(probes, ready, true)
+probes[#probes + 1] = {'XREADGROUP', 'GROUP', group, consumer, 'COUNT', '1', 'STREAMS', ready, '>'}
+probes[#probes + 1] = {'XRANGE', scheduled, '-', '+', 'COUNT', '1'}
+probes[#probes + 1] = {'XREVRANGE', ready, '+', '-', 'COUNT', '1'}
+probes[#probes + 1] = {'XREVRANGE', scheduled, '+', '-', 'COUNT', '1'}
+probes[#probes + 1] = {'EXISTS', ready}
+probes[#probes + 1] = {'EXISTS', order}
+probes[#probes + 1] = {'GET', cursor_key}
+probes[#probes + 1] = {'HGET', policy, 'f'}
+probes[#probes + 1] = {'HEXISTS', policy, 'f'}
+probes[#probes + 1] = {'ZRANGEBYLEX', jobs, '-', '+'}
+probes[#probes + 1] = {'ZRANGEBYLEX', order, '-', '+'}
+probes[#probes + 1] = {'ZRANGE', parked, '0', '0'}
+probes[#probes + 1] = {'ZRANGEBYSCORE', parked, '-inf', '+inf'}
 local err = respire_preflight(
   {{ready, 'stream'}, {scheduled, 'stream'}, {order, 'zset'}, {jobs, 'zset'},
    {cursor_key, 'string'}, {policy, 'hash'}, {owners, 'hash'}, {leases, 'zset'},

@@ -30,8 +30,8 @@ for i = 0, n - 1 do
     return redis.error_reply('RESPIRE_ARGUMENT renewal ' .. (i + 1) .. ' is malformed')
   end
 end
-local err = respire_preflight({{stream, 'stream'}},
-                              {{'XCLAIM', stream, group, consumer, '0', '0-1', 'JUSTID'}})
+local err = respire_preflight({{stream, 'stream'}}, respire_fence_probes(
+  {{'XCLAIM', stream, group, consumer, '0', '0-1', 'JUSTID'}}, stream, false))
 if err then return err end
 
 local statuses = {}

@@ -35,6 +35,10 @@ end
 delete = delete == '1'
 local perms = {{'XADD', dead, '*', 'f', 'v'}, {'XACK', stream, group, '0-1'}}
 if delete then perms[#perms + 1] = {'XDEL', stream, '0-1'} end
+-- the claims are the first writes; the delivery counts are read after them
+perms[#perms + 1] = {'XAUTOCLAIM', stream, group, consumer, '0', '0-0', 'COUNT', '1'}
+perms[#perms + 1] = {'XCLAIM', stream, group, consumer, '0', '0-1'}
+perms[#perms + 1] = {'XPENDING', stream, group, '-', '+', '1'}
 local err = respire_preflight({{stream, 'stream'}, {dead, 'stream'}}, perms)
 if err then return err end
 

@@ -35,7 +35,8 @@ for i = 0, n - 1 do
 end
 local perms = {{'XADD', dead, '*', 'f', 'v'}, {'XDEL', dead, '0-1'}, {'XACK', stream, group, '0-1'}}
 if delete then perms[#perms + 1] = {'XDEL', stream, '0-1'} end
-local err = respire_preflight({{stream, 'stream'}, {dead, 'stream'}}, perms)
+local err = respire_preflight({{stream, 'stream'}, {dead, 'stream'}},
+                              respire_fence_probes(perms, stream, false))
 if err then return err end
 
 local statuses = {}

@@ -138,3 +138,38 @@ def test_permission_errors_are_mapped_with_the_command(text: str, command: str) 
 def test_other_script_errors_stay_server_errors() -> None:
     error = _map_reply("ERR user_script:1: Script attempted to access nonexistent global")
     assert type(error) is ServerError
+
+
+SELECT = load("job_select")
+WORKER_READS = ["time", "xpending", "xrange", "xreadgroup", "xrevrange", "exists", "get", "hget",
+                "hexists", "zrangebylex", "zlexcount", "zrange", "zrangebyscore"]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", WORKER_READS)
+async def test_select_checks_its_reads_before_delivering_anything(
+    client: RedisClient, server_url: str, keys: JobQueueKeys, unique_name: str, command: str
+) -> None:
+    """Found by review: job_select delivered a plain job (XREADGROUP) and a grouped one
+    (append, read, lease), then failed on a read its preflight never checked (GET of the
+    rotation cursor, ZRANGE of the parked groups...): the jobs stayed delivered to a consumer
+    that never ran them, until visibility recovery met the same failure."""
+    from respire_actors.codecs import StrCodec
+    from respire_actors.jobs import JobEnqueueOptions, JobQueue
+
+    queue = JobQueue(client, unique_name, StrCodec())
+    await client.execute("XGROUP", "CREATE", keys.ready, CONSUMER_GROUP, "0", "MKSTREAM")
+    await queue.set_group_options("tenant", max_concurrency=2)
+    await queue.enqueue_scheduled("g1", "x", JobEnqueueOptions(group="tenant"))
+    await queue.enqueue("plain", "x")
+    before = await key_dump(client, f"*{unique_name}*")
+    select_keys = (keys.ready, keys.control, keys.scheduled, keys.group_order, keys.group_jobs,
+                   keys.group_cursor, keys.group_policy, keys.group_owners, keys.group_leases,
+                   keys.group_parked)  # fmt: skip
+    args = (CONSUMER_GROUP, "c1", 10, "ack", 0, 8, 64)
+    async with acl_user(client, server_url, unique_name, (*EVERYTHING, f"-{command}")) as c:
+        with pytest.raises(PermissionDenied) as caught:
+            await SELECT(c, select_keys, args)
+    assert caught.value.command == command
+    assert await key_dump(client, f"*{unique_name}*") == before  # nothing delivered
+    reply = await SELECT(client, select_keys, args)
+    assert [e[0] for e in reply[1]] and len(reply[1]) == 2  # with every permission: both

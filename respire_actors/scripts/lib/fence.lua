@@ -8,6 +8,16 @@ local function respire_fence(ready, group, entry, consumer, attempt)
   return row[2] == consumer and tonumber(row[4]) == tonumber(attempt)
 end
 
+-- The ACL probes of the reads a fenced transition repeats between its writes (the later outcomes
+-- of a batch are fenced, and their bodies read, after the earlier ones were written): XPENDING
+-- and XRANGE of the stream, and TIME (the server clock) when `clock` is true.
+local function respire_fence_probes(probes, stream, clock)
+  probes[#probes + 1] = {'XPENDING', stream, 'g', '-', '+', '1'}
+  probes[#probes + 1] = {'XRANGE', stream, '-', '+', 'COUNT', '1'}
+  if clock then probes[#probes + 1] = {'TIME'} end
+  return probes
+end
+
 -- Reads the fields of one entry as a flat array, or nil when the body was deleted.
 local function respire_entry(stream, id)
   local rows = redis.call('XRANGE', stream, id, id)

@@ -217,6 +217,10 @@ local function respire_lease_probes(probes, leases, owners, parked)
   probes[#probes + 1] = {'ZREM', leases, 'm'}
   probes[#probes + 1] = {'HSET', owners, 'f', 'v'}
   probes[#probes + 1] = {'HDEL', owners, 'f'}
+  -- the reads of a lease check, repeated between the writes of a batch of outcomes or visits
+  probes[#probes + 1] = {'HGET', owners, 'f'}
+  probes[#probes + 1] = {'ZRANGEBYLEX', leases, '-', '+'}
+  probes[#probes + 1] = {'ZLEXCOUNT', leases, '-', '+'}
   if parked then
     probes[#probes + 1] = {'ZADD', parked, '0', 'm'}
     -- releasing a lease nudges a parked group: a read after the lease's ZREM/HDEL
