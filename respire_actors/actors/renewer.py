@@ -134,14 +134,17 @@ async def renew_pass(rt: QueueRuntime, visibility: float, *, late: bool = False)
             rt.stats.renewal_failures += 1
             continue
         for lease, status in zip(chunk, statuses, strict=True):
-            if status == UNCONFIRMED:
+            verdict = renewal_verdict(lease, status)
+            if verdict == "unconfirmed":
                 continue  # its partition's node was unreachable: not confirmed, not lost
-            if status == RENEWED or status >= GROUP_RENEWED_MIN:
+            if verdict == "renewed":
                 rt.stats.leases_renewed += 1
                 if sent > lease.confirmed_at:
                     lease.confirmed_at = sent
                 if status >= GROUP_RENEWED_MIN:
                     _learn_term(rt, lease, status / 1000)
+            elif verdict == "settled":
+                lose_lease(rt, lease)  # no longer renewed; nothing to cancel or report
             elif lease in rt.leases and not lease.lost:
                 log.warning(
                     "%r of %s: lease lost (%s); cancelling its handler",
@@ -151,6 +154,20 @@ async def renew_pass(rt: QueueRuntime, visibility: float, *, late: bool = False)
                 )
                 lose_lease(rt, lease)
     _expire(rt, anyio.current_time(), visibility)
+
+
+def renewal_verdict(lease: Lease, status: int) -> str:
+    """What one renewal status means for ``lease``: ``"renewed"``, ``"unconfirmed"`` (its
+    node was unreachable), ``"settled"`` (not renewed, but its handler already returned: the
+    entry was or is being acknowledged by the completer, which reports a real loss as a stale
+    commit, so no lost lease is logged or counted) or ``"lost"``."""
+    if status == UNCONFIRMED:
+        return "unconfirmed"
+    if status == RENEWED or status >= GROUP_RENEWED_MIN:
+        return "renewed"
+    if lease.handed or lease.returned:
+        return "settled"
+    return "lost"
 
 
 async def confirm_before_recovery(rt: QueueRuntime) -> None:

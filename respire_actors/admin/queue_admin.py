@@ -436,7 +436,8 @@ class QueueAdmin:
                 log.warning("%s: dead letter %s not retried (%s)", self.name, dead_id, status)
             else:
                 done += 1
-                log.info("%s: retried dead letter %s as entry %s", self.name, dead_id, status)
+                log.debug("%s: retried dead letter %s as entry %s", self.name, dead_id, status)
+        log.info("%s: retried %d of %d dead letters", self.name, done, len(ids))
         return done
 
     async def retry_all(

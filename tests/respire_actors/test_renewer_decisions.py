@@ -12,10 +12,17 @@ from respire_actors.actors.renewer import (
     next_wake,
     pass_interval,
     renew_interval,
+    renewal_verdict,
     term,
 )
 from respire_actors.actors.runtime import Lease
-from respire_actors.actors.source import renew_item
+from respire_actors.actors.source import (
+    GONE,
+    LOST,
+    RENEWED,
+    UNCONFIRMED,
+    renew_item,
+)
 
 pytestmark = pytest.mark.anyio  # a CancelScope needs a running event loop
 
@@ -103,3 +110,19 @@ async def test_a_lease_lost_after_its_handler_returned_is_left_to_the_commit() -
     assert (rt.stats.leases_lost, arg.lease_lost) == (0, False)
     lose_lease(rt, running)  # type: ignore[arg-type]
     assert running.scope.cancel_called and rt.stats.leases_lost == 1
+
+
+async def test_a_lease_whose_handler_returned_is_settled_not_lost() -> None:
+    """Found by review: a renewal answered 'not pending' because the completer had just
+    acknowledged the entry was logged as "lease lost ... cancelling its handler" for jobs that
+    ran once and completed; the operator docs tell such warnings to expect duplicates."""
+    running, returned, handed = lease(0), lease(0), lease(0)
+    returned.returned = True
+    handed.handed = True
+    for status in (LOST, GONE):
+        assert renewal_verdict(running, status) == "lost"
+        assert renewal_verdict(returned, status) == "settled"
+        assert renewal_verdict(handed, status) == "settled"
+    assert renewal_verdict(returned, RENEWED) == "renewed"
+    assert renewal_verdict(running, 1500) == "renewed"  # a group lease's term in ms
+    assert renewal_verdict(running, UNCONFIRMED) == "unconfirmed"

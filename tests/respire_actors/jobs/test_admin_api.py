@@ -392,3 +392,24 @@ async def test_a_retried_dead_letter_no_longer_answers_status_and_result(
 
 async def _started_twice(started: list[int]) -> bool:
     return len(started) >= 2
+
+
+async def test_retrying_many_dead_letters_logs_a_line_per_page_not_per_letter(
+    client: RedisClient, queue: JobQueue[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by review: `retry --all` of 3,000 letters wrote 3,000 INFO lines to stderr."""
+    import logging
+
+    admin = QueueAdmin(client, queue.name)
+    ids = [
+        (
+            await client.execute(
+                "XADD", admin.dead_key, "*", "_respire.job.id", f"j{i}", "_respire.job.payload", "p"
+            )
+        ).decode()
+        for i in range(30)
+    ]
+    with caplog.at_level(logging.INFO, logger="respire_actors.admin"):
+        assert await admin.retry_dead_letters(ids) == 30
+    lines = [r for r in caplog.records if r.levelno >= logging.INFO]
+    assert [r.getMessage() for r in lines] == [f"{queue.name}: retried 30 of 30 dead letters"]
