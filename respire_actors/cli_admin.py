@@ -119,13 +119,27 @@ def _text(value: bytes, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+def _table(
+    title: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    console: Console | None = None,
+) -> None:
+    """Print a table whose cells are never folded: an entry id or count split over two lines
+    could not be copied back into a command. A table wider than the terminal is printed at
+    its own width (the terminal wraps whole lines instead)."""
     table = Table(title=title, title_justify="left")
     for column in columns:
-        table.add_column(column, overflow="fold")
+        table.add_column(column, no_wrap=True)
     for row in rows:
         table.add_row(*("-" if c is None else str(c) for c in row))
-    _console().print(table)
+    console = console or _console()
+    needed = console.measure(table, options=console.options.update_width(10_000)).maximum
+    if needed > console.width:
+        console = Console(
+            file=console.file, width=needed, highlight=False, force_terminal=console.is_terminal
+        )
+    console.print(table)
 
 
 def _summary_row(s: QueueSummary) -> list[object]:

@@ -418,3 +418,27 @@ def test_every_option_is_described() -> None:
     for each in parsers:
         for action in each._actions:
             assert action.help, f"{each.prog}: {action.option_strings or action.dest}"
+
+
+def test_operator_tables_never_split_an_id_on_a_narrow_terminal() -> None:
+    """Found by review: on an 80-column terminal every column folded, so a dead-letter id came
+    out as '17961739419' on one line and '28-4' on the next and could not be copied back into
+    `retry`; the table now keeps each cell on one line, wider than the terminal if need be."""
+    import io
+
+    from rich.console import Console
+
+    from respire_actors.cli_admin import _table
+
+    out = io.StringIO()
+    row = ["1796173941928-4", "order-12345678", "processing-failed", 12345678]
+    _table(
+        "dead letters",
+        ["dead id", "job id", "reason", "attempts"],
+        [row],
+        Console(file=out, width=40),
+    )
+    text = out.getvalue()
+    for cell in row:
+        assert str(cell) in text
+    assert "…" not in text
