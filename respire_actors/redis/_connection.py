@@ -47,6 +47,7 @@ import anyio.lowlevel
 
 from ..errors import (
     CommandTimeout,
+    ConfigurationError,
     CredentialsRefused,
     RedisUnavailable,
     UnsupportedServer,
@@ -177,9 +178,26 @@ class Endpoint:
                     f"{where} did not answer the connection handshake within "
                     f"{self.command_timeout} s"
                 ) from None
-            for reply in replies:
+            except RedisUnavailable as exc:
+                if self.ssl_context is None:
+                    raise
+                # a TLS server that refuses the client certificate (none given, expired, or
+                # from another CA) closes the connection right after the TLS handshake
+                raise RedisUnavailable(
+                    f"{where} closed the connection before answering HELLO (no command ran): "
+                    "a TLS server that requires client certificates refuses a missing, expired "
+                    "or unknown one this way; check ssl_certfile / ssl_keyfile and that the "
+                    f"server's CA signed them ({exc})"
+                ) from exc
+            for index, reply in enumerate(replies):
                 if isinstance(reply, ReplyError):
                     text = str(reply)
+                    if index == 1:  # SELECT
+                        raise ConfigurationError(
+                            f"{where} cannot select database {self.db}: {text}. Fix the /DB "
+                            "part of the Redis URL (redis://host:port/DB): the server has fewer "
+                            "databases, or is a cluster (database 0 only)"
+                        )
                     if text.startswith(("WRONGPASS", "NOAUTH")) or "password" in text:
                         raise CredentialsRefused(
                             f"Redis at {where} refused the credentials: {text}. "

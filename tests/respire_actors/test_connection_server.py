@@ -105,6 +105,14 @@ async def test_wrong_password_is_a_configuration_error(
     assert isinstance(raised.value, RedisUnavailable)
 
 
+async def test_a_database_the_server_lacks_is_a_configuration_error(server_url: str) -> None:
+    """Found by review: serve and the operator commands printed the raw 'ReplyError: ERR DB
+    index is out of range' with no advice."""
+    with pytest.raises(ConfigurationError, match=r"cannot select database 99.*/DB part"):
+        async with connect(server_url, db=99):
+            pass
+
+
 async def test_credentials_refused_on_a_reconnect_are_transient(
     valkey_url: str, valkey_server: ValkeyProcess, acl_user: tuple[str, str]
 ) -> None:

@@ -65,9 +65,12 @@ async def test_mutual_tls_refuses_a_client_without_a_certificate(
     port, mutual = tls_port
     if not mutual:
         pytest.skip("only a mutual-TLS server asks for a client certificate")
-    with pytest.raises(RedisUnavailable):
+    with pytest.raises(RedisUnavailable) as caught:
         async with connect(_url(certs, port, client_cert=False)):
             pass
+    # found by review: the error said only "connection lost ... the command may have run"
+    assert "no command ran" in str(caught.value)
+    assert "ssl_certfile" in str(caught.value)
 
 
 async def test_a_server_certificate_from_another_ca_is_refused(
