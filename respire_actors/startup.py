@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from .errors import ClusterReconfiguring, RedisUnavailable, ServerLoading
+from .errors import ClusterReconfiguring, PermissionDenied, RedisUnavailable, ServerLoading
 from .redis.client import RedisClient, connect
 
 T = TypeVar("T")
@@ -36,10 +36,15 @@ async def wait_until_loaded(
 ) -> None:
     """Return once the server answers ``PING`` (so it has finished loading its data set).
 
-    Raises :class:`RedisUnavailable` if it is still loading after ``timeout`` seconds.
-    Cancelling it sends nothing that writes.
+    An ACL user without ``PING`` (the documented operator and dashboard user, say) cannot
+    wait this way: the wait is skipped (commands sent while the server loads are refused with
+    :class:`ServerLoading`, which is transient). Raises :class:`RedisUnavailable` if it is
+    still loading after ``timeout`` seconds. Cancelling it sends nothing that writes.
     """
-    await retry_while_loading(lambda: client.execute("PING"), timeout=timeout)
+    try:
+        await retry_while_loading(lambda: client.execute("PING"), timeout=timeout)
+    except PermissionDenied:
+        log.debug("this ACL user may not run PING: not waiting for the data set to load")
 
 
 async def retry_while_loading(

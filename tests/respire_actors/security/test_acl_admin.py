@@ -117,3 +117,19 @@ async def test_an_operator_without_xtrim_is_refused_before_removing(
             await admin.trim(plan)
     assert caught.value.command == "xtrim"
     assert await client.execute("XLEN", queue.keys.events) == 1
+
+
+async def test_an_operator_without_ping_gets_past_the_loading_wait(
+    client: RedisClient, server_url: str, unique_name: str
+) -> None:
+    """Found by review: `python -m respire_actors dashboard` with the documented operator
+    user stopped at start-up with NOPERM on PING (the wait for a restarted server to load);
+    a user without PING now skips that wait."""
+    from respire_actors.startup import wait_until_loaded
+
+    user = f"operator-{unique_name}"
+    async with acl_user(client, server_url, user, acl_rules("operator", (unique_name,))) as op:
+        with anyio.fail_after(10):
+            await wait_until_loaded(op)
+        admin = QueueAdmin(op, unique_name)
+        assert (await admin.summary()).name == unique_name
