@@ -24,7 +24,7 @@ from rich.table import Table
 
 from .admin import QueueAdmin, QueueSummary, TrimPlan, list_queues
 from .codecs import BytesCodec
-from .errors import ValidationError
+from .errors import PermissionDenied, ValidationError
 from .jobs.options import RateLimit
 from .jobs.partitioned import PartitionedJobQueue
 from .keys import partitions_key
@@ -169,7 +169,17 @@ SUMMARY_COLUMNS = (
 
 async def _queues(client: RedisClient, args: argparse.Namespace) -> int:
     names = await list_queues(client)
-    summaries = [await QueueAdmin(client, n).summary() for n in names]
+    summaries = []
+    for name in names:
+        try:
+            summaries.append(await QueueAdmin(client, name).summary())
+        except PermissionDenied as exc:
+            # a user scoped to some queues: the registry still lists every queue
+            _console(stderr=True).print(
+                f"queue {name!r} is not readable by this Redis user, skipped ({exc}); "
+                "grant its key pattern to list it",
+                markup=False,
+            )
     if args.json:
         _print_json(summaries)
     elif not summaries:

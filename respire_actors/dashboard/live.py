@@ -84,7 +84,7 @@ def _counts_producer(request: Request, names: Sequence[str]) -> Producer:
 
     async def produce(out: MemoryObjectSendStream[str]) -> None:
         while True:
-            found = await summaries(request, names)
+            found, _ = await summaries(request, names)
             await out.send(sse("counts", {n: counts(s) for n, s in found.items()}))
             await anyio.sleep(interval)
 

@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from ..admin import QueueAdmin, QueueSummary, list_queues
 from ..codecs import BytesCodec
-from ..errors import ValidationError
+from ..errors import PermissionDenied, ValidationError
 from ..jobs import DeadLetterReason, FlowNodeResult, JobQueue
 from .charts import minute_chart
 from .web import NotFound, config_of, dashboard_of, page, queue_param, render
@@ -47,17 +47,25 @@ async def queue_names(request: Request, after: str | None) -> tuple[list[str], s
     return shown, (shown[-1] if len(names) > size else None)
 
 
-async def summaries(request: Request, names: Sequence[str]) -> dict[str, Any]:
-    """The summary of each queue, read concurrently (each one bounded)."""
-    found: dict[str, Any] = {}
+async def summaries(
+    request: Request, names: Sequence[str]
+) -> tuple[dict[str, QueueSummary], dict[str, str]]:
+    """The summary of each queue, read concurrently (each one bounded), and the queues the
+    dashboard's ACL user may not read (name -> the refusal): a user scoped to some queues still
+    sees the others, as the registry lists every queue."""
+    found: dict[str, QueueSummary] = {}
+    denied: dict[str, str] = {}
 
     async def one(name: str) -> None:
-        found[name] = await queue_admin(request, name).summary()
+        try:
+            found[name] = await queue_admin(request, name).summary()
+        except PermissionDenied as exc:
+            denied[name] = str(exc)
 
     async with anyio.create_task_group() as tg:
         for name in names:
             tg.start_soon(one, name)
-    return found
+    return found, denied
 
 
 async def known_summary(request: Request, name: str) -> QueueSummary:
@@ -77,7 +85,7 @@ async def known_summary(request: Request, name: str) -> QueueSummary:
 async def overview(request: Request) -> Response:
     after = request.query_params.get("after")
     names, next_after = await queue_names(request, after)
-    found = await summaries(request, names)
+    found, denied = await summaries(request, names)
     charts: dict[str, Any] = {}
     minutes = config_of(request).metrics_minutes
 
@@ -85,8 +93,8 @@ async def overview(request: Request) -> Response:
         charts[name] = minute_chart(await _queue(request, name).read_metrics(minutes))
 
     async with anyio.create_task_group() as tg:
-        for name in names:
-            if found[name].metrics_enabled:
+        for name, summary in found.items():
+            if summary.metrics_enabled:
                 tg.start_soon(chart, name)
     return render(
         request,
@@ -94,6 +102,7 @@ async def overview(request: Request) -> Response:
         {
             "names": names,
             "summaries": found,
+            "denied": denied,
             "charts": charts,
             "next_after": next_after,
             "after": after,

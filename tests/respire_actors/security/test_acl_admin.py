@@ -25,7 +25,7 @@ from respire_actors.jobs import (
     Worker,
     WorkerOptions,
 )
-from respire_actors.redis.client import RedisClient
+from respire_actors.redis.client import RedisClient, connect
 
 pytestmark = pytest.mark.anyio
 
@@ -133,3 +133,54 @@ async def test_an_operator_without_ping_gets_past_the_loading_wait(
             await wait_until_loaded(op)
         admin = QueueAdmin(op, unique_name)
         assert (await admin.summary()).name == unique_name
+
+
+async def test_an_operator_scoped_to_one_queue_still_lists_and_shows_it(
+    client: RedisClient, server_url: str, unique_name: str
+) -> None:
+    """Found by review: the registry lists every queue, and one queue the operator's key
+    patterns do not cover failed the whole `queues` command (NOPERM naming nothing) and made
+    the dashboard overview a 500. The readable queues are listed; the others are named as
+    not readable."""
+    import subprocess
+    import sys
+    from urllib.parse import quote
+
+    from helpers.cli import ROOT, cli_env
+
+    prefix = f"{unique_name}:"
+    mine, other = "mine", "other"
+    async with connect(server_url, key_prefix=prefix) as prefixed:
+        await register_queue(prefixed, mine)
+        await register_queue(prefixed, other)
+        await JobQueue(prefixed, mine, StrCodec()).enqueue("j1", "x")
+    user = f"operator-{unique_name}"
+    rules = acl_rules("operator", (mine,), key_prefix=prefix)
+    await client.execute("ACL", "SETUSER", user, "reset", "on", ">pw", *rules, "+ping")
+    try:
+        host = server_url.split("://", 1)[1]
+        url = f"redis://{user}:pw@{host}?key_prefix={quote(prefix)}"
+        done = await anyio.to_thread.run_sync(
+            lambda: subprocess.run(
+                [sys.executable, "-m", "respire_actors", "queues", "--redis-url", url],
+                cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=60,
+            )
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert mine in done.stdout and other not in done.stdout
+        assert f"queue '{other}' is not readable by this Redis user" in done.stderr
+
+        import httpx
+
+        from respire_actors.dashboard import Dashboard, DashboardConfig
+
+        async with connect(url) as op:
+            app = Dashboard(DashboardConfig(queues=(mine, other)), client=op)
+            transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 40000))
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as web:
+                page = await web.get("/")
+        assert page.status_code == 200, page.text
+        assert 'data-queue="other" class="denied"' in page.text
+        assert f'href="/queue?queue={mine}"' in page.text or mine in page.text
+    finally:
+        await client.execute("ACL", "DELUSER", user)
