@@ -230,7 +230,11 @@ async def _queue(client: RedisClient, args: argparse.Namespace) -> int:
     fields["rate-limit denials"] = summary.rate_limit_hits
     fields["application groups"] = "in use" if summary.groups_in_use else "none"
     if reasons:
-        fields["dead letters by reason"] = ", ".join(f"{r} {n}" for r, n in reasons.items())
+        counted = sum(reasons.values())
+        label = "dead letters by reason"
+        if counted < summary.dead_letters:
+            label += f" (newest {counted:,} of {summary.dead_letters:,})"
+        fields[label] = ", ".join(f"{r} {n}" for r, n in reasons.items())
     if metrics:
         fields["completed / failed (5 min)"] = (
             f"{sum(m.completed for m in metrics)} / {sum(m.failed for m in metrics)}"

@@ -99,6 +99,21 @@ async def test_queues(
     assert (mine["ready"], mine["pending"], mine["scheduled"], mine["dead_letters"]) == (4, 2, 1, 4)
 
 
+async def test_queue_detail_says_when_reasons_count_only_the_newest_letters(
+    client: RedisClient, server_url: str, anyio_backend: str, unique_name: str
+) -> None:
+    """Found by review: with 3,000 dead letters the detail said "processing-failed 1000", the
+    count of the newest 1,000 it reads, without saying so."""
+    admin = QueueAdmin(client, unique_name)
+    await register_queue(client, unique_name)
+    fields = ("_respire.job.id", "j", "_respire.job.payload", "p", "_respire.reason", "nack")
+    await client.pipeline([("XADD", admin.dead_key, "*", *fields) for _ in range(1200)])
+    result = await cli(server_url, anyio_backend, "queue", unique_name)
+    assert result.returncode == 0, result.stderr
+    assert "dead letters by reason (newest 1,000 of 1,200)" in result.stdout
+    assert "nack 1000" in result.stdout
+
+
 async def test_queue_detail_and_unknown_queue(
     server_url: str, anyio_backend: str, busy: JobQueue[str], unique_name: str
 ) -> None:
