@@ -32,8 +32,7 @@ def test_relative_links_resolve(page: Path) -> None:
             continue  # http(s), mailto: not checked here
         path, _, anchor = target.partition("#")
         resolved = (page.parent / path).resolve() if path else page
-        if not resolved.exists():
-            broken.append(target)
-        elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved):
+        missing_anchor = bool(anchor) and resolved.suffix == ".md"
+        if not resolved.exists() or (missing_anchor and anchor not in _anchors(resolved)):
             broken.append(target)
     assert not broken, f"{page.relative_to(ROOT)} links to missing targets: {broken}"
