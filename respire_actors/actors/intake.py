@@ -18,6 +18,15 @@ def dispatch_page(rt: QueueRuntime, mode: str, result: ClaimResult, taken: int) 
     """Count a claimed page, return its unused permits and hand its deliveries to the runners
     (each keeps one permit until its outcome is handed over)."""
     rt.stats.cleared_deleted_refs += result.cleared_deleted
+    if result.cleared_deleted:
+        # the seed's trim loss: the work is gone, only its pending reference was left
+        log.warning(
+            "%s: recovery found %d pending entries whose payload was deleted (a trim or XDEL "
+            "past unacknowledged work) and cleared them: those jobs are lost and will not run; "
+            "trim with the safe trim (python -m respire_actors trim), never a raw XTRIM",
+            rt.name,
+            result.cleared_deleted,
+        )
     rt.stats.dead_lettered_by_recovery += result.dead_lettered
     rt.stats.expired += result.expired
     for entry_id, error in result.refused:

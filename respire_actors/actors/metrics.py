@@ -184,6 +184,13 @@ meter.create_observable_counter(
     description="Deliveries claimed by visibility recovery or by startup replay",
 )
 meter.create_observable_counter(
+    "respire.recovery.lost_payloads",
+    [_counter(lambda s: [({}, s.cleared_deleted_refs)])],
+    unit="{entry}",
+    description="Pending entries recovery found without a payload (deleted by a trim or XDEL "
+    "while unacknowledged) and cleared: lost work",
+)
+meter.create_observable_counter(
     "respire.decode.failures",
     [_counter(lambda s: [({}, s.decode_failures)])],
     unit="{delivery}",

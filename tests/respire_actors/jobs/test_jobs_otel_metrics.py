@@ -69,6 +69,7 @@ async def test_counters_and_durations_after_a_known_mix_of_outcomes(
         assert sum(dead.values()) == 3 and dead["recovery-limit"] == 0
         assert otel.values("respire.decode.failures", name) == {(): 2}
         assert otel.values("respire.lease.losses", name) == {(): 0}
+        assert otel.values("respire.recovery.lost_payloads", name) == {(): 0}
         assert otel.values("respire.rate_limit.hits", name) == {(): 0}
         claims = otel.values("respire.recovery.claims", name)
         assert claims == {

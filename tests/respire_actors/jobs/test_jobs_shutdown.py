@@ -261,8 +261,10 @@ async def test_a_failed_startup_replay_does_not_hold_up_the_reader(
 
 @pytest.mark.parametrize("owner", ["other-consumer", "same-consumer"])
 async def test_pending_references_to_deleted_entries_are_cleared(
-    client: RedisClient, queue: JobQueue[str], owner: str
+    client: RedisClient, queue: JobQueue[str], owner: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """The seed's trim loss: the work is gone. Found by review: it was only counted, with no
+    log line or metric; now each recovery that clears such references warns."""
     gone = await queue.enqueue("gone", "x")
     kept = await queue.enqueue("kept", "y")
     await create_group(client, queue.keys)
@@ -282,6 +284,9 @@ async def test_pending_references_to_deleted_entries_are_cleared(
 
     assert handled == ["kept"]
     assert await pending_rows(client, queue.keys) == []
+    lost = [r for r in caplog.records if "whose payload was deleted" in r.getMessage()]
+    assert [r.levelname for r in lost] == ["WARNING"]
+    assert "1 pending entries" in lost[0].getMessage()
     completed = await events_of_kind(client, queue.keys, "completed")
     assert [(e.entry_id, e.attempt) for e in completed] == [(kept.entry_id, 2)]
 
