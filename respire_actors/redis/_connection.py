@@ -161,8 +161,9 @@ class Endpoint:
         try:
             username, password = await self._credentials()
             hello: list[Arg] = ["HELLO", 3]
-            if password is not None:
-                hello += ["AUTH", username or "default", password]
+            if password is not None or username:
+                # a user without a password: a nopass ACL user accepts any password
+                hello += ["AUTH", username or "default", password or ""]
             if self.client_name:
                 hello += ["SETNAME", self.client_name]
             payload = encode(hello)

@@ -172,11 +172,17 @@ class ConnectionSettings:
                 f"unsupported Redis URL scheme {parts.scheme!r} in {_redact(url)!r}: "
                 "use redis://, rediss://, unix:// or redis+cluster://"
             )
-        parsed = parse_qs(parts.query)
+        parsed = parse_qs(parts.query, keep_blank_values=True)
         repeated = sorted(k for k, v in parsed.items() if len(v) > 1)
         if repeated:
             raise ConfigurationError(
                 f"Redis URL option(s) {repeated} given more than once in {_redact(url)!r}"
+            )
+        blank = sorted(k for k, v in parsed.items() if not v[0])
+        if blank:
+            raise ConfigurationError(
+                f"Redis URL option(s) {blank} have no value in {_redact(url)!r}: write "
+                "name=value (cluster=true, command_timeout=2, ...)"
             )
         query = {k: v[0] for k, v in parsed.items()}
         kwargs: dict[str, Any] = {}
@@ -184,12 +190,11 @@ class ConnectionSettings:
         netloc = parts.netloc
         userinfo, _, hosts = netloc.rpartition("@")
         if userinfo:
+            # user[:password]: a user alone is an ACL user without a password (nopass)
             user, sep, password = userinfo.partition(":")
+            kwargs["username"] = unquote(user) or None
             if sep:
-                kwargs["username"] = unquote(user) or None
                 kwargs["password"] = unquote(password)
-            else:
-                kwargs["password"] = unquote(user)
         tls = scheme in {"rediss", "rediss+cluster", "valkeys"}
         kwargs["tls"] = tls
         if scheme == "unix":

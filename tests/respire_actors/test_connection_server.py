@@ -91,6 +91,18 @@ async def test_acl_user_connects_and_is_who_it_says(
         await client.execute("DEL", unique_name)
 
 
+async def test_a_nopass_user_connects_with_its_name_alone(
+    client: RedisClient, server_url: str, unique_name: str
+) -> None:
+    user = f"nopass-{unique_name}"
+    await client.execute("ACL", "SETUSER", user, "reset", "on", "nopass", "+acl|whoami")
+    try:
+        async with connect(server_url.replace("redis://", f"redis://{user}@")) as as_user:
+            assert (await as_user.execute("ACL", "WHOAMI")).decode() == user
+    finally:
+        await client.execute("ACL", "DELUSER", user)
+
+
 async def test_wrong_password_is_a_configuration_error(
     valkey_url: str, acl_user: tuple[str, str]
 ) -> None:

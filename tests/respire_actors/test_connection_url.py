@@ -239,3 +239,20 @@ async def test_connect_from_env_reaches_the_server(
     monkeypatch.setenv(DEFAULT_URL_ENV, server_url)
     async with connect() as client:
         assert await client.execute("PING") == b"PONG"
+
+
+def test_a_user_without_a_password_is_a_user() -> None:
+    """Found by review: redis://alice@host was read as the default user's password 'alice';
+    the documented form is user[:password], so it is the ACL user alice (nopass)."""
+    s = parse("redis://alice@db.local")
+    assert (s.username, s.password) == ("alice", None)
+
+
+@pytest.mark.parametrize(
+    "query", ["cluster", "comand_timeout", "command_timeout=", "key_prefix=a&key_prefix"]
+)
+def test_an_option_without_a_value_is_refused(query: str) -> None:
+    """Found by review: options without a value were dropped silently (?cluster connected to
+    one server; a misspelt bare option passed unnoticed)."""
+    with pytest.raises(ConfigurationError, match="no value|more than once"):
+        parse(f"redis://db.local?{query}")
