@@ -254,5 +254,5 @@ def test_a_user_without_a_password_is_a_user() -> None:
 def test_an_option_without_a_value_is_refused(query: str) -> None:
     """Found by review: options without a value were dropped silently (?cluster connected to
     one server; a misspelt bare option passed unnoticed)."""
-    with pytest.raises(ConfigurationError, match="no value|more than once"):
+    with pytest.raises(ConfigurationError, match=r"no value|more than once"):
         parse(f"redis://db.local?{query}")
