@@ -617,6 +617,24 @@ def _raw_socket(stream: anyio.abc.ByteStream) -> socket.socket | None:
         return None
 
 
+def _closed_by_server(stream: anyio.abc.ByteStream) -> bool:
+    """True when the server has closed an idle connection's socket (checked without blocking;
+    False when it cannot be told, as for an unknown stream)."""
+    raw = _raw_socket(stream)
+    if raw is None:
+        return False
+    own = raw.fileno() != _fileno(stream)
+    try:
+        return raw.recv(1, _PEEK_FLAGS) == b""
+    except (BlockingIOError, InterruptedError):
+        return False
+    except OSError:
+        return True
+    finally:
+        if own:
+            raw.close()
+
+
 def _fileno(stream: anyio.abc.ByteStream) -> int:
     try:
         return int(stream.extra(anyio.abc.SocketAttribute.raw_socket).fileno())
@@ -765,9 +783,15 @@ class DedicatedPool:
             while self._idle:
                 conn = self._idle.pop()
                 stats.dedicated_idle -= 1
-                if not conn.broken:
-                    stats.dedicated_in_use += 1
-                    return conn
+                if conn.broken:
+                    continue
+                if _closed_by_server(conn.stream):
+                    # a server restart, CLIENT KILL or its idle timeout while pooled: reconnect
+                    # now rather than fail the next command with "may have run"
+                    await conn.aclose()
+                    continue
+                stats.dedicated_in_use += 1
+                return conn
             conn = await self.endpoint.open()
         except BaseException:
             self._slots.release()

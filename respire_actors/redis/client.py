@@ -1068,8 +1068,14 @@ async def _run_multi(conn: Dedicated, commands: Sequence[Sequence[Arg]], timeout
     the commands are sent only after MULTI's ``OK``. A refused MULTI raises its mapped error
     (nothing ran). A connection lost after MULTI discards the transaction on the server.
     """
-    with anyio.fail_after(timeout):
-        (multi,) = await conn.call(encode(("MULTI",)), 1)
+    try:
+        with anyio.fail_after(timeout):
+            (multi,) = await conn.call(encode(("MULTI",)), 1)
+    except RedisUnavailable as exc:
+        raise RedisUnavailable(
+            f"the connection was lost before the transaction began (at MULTI): nothing ran; "
+            f"retry it ({exc})"
+        ) from exc
     if type(multi) is ReplyError:
         await conn.aclose()  # it may still WATCH keys: the pool must not hand it out again
         raise _map_reply(str(multi))

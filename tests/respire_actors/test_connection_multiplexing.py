@@ -273,6 +273,28 @@ async def test_an_idle_connection_closed_by_the_server_is_replaced_before_sendin
     await client.execute("DEL", key)
 
 
+async def test_a_pooled_connection_closed_by_the_server_is_replaced_before_use(
+    client: RedisClient, server_url: str, unique_name: str
+) -> None:
+    """Found by review: the dedicated pool (transactions, blocking reads) handed out an idle
+    connection the server had closed, and the next transaction failed with "the command may
+    have run" although nothing had been sent; it is now replaced on the way out of the pool."""
+    key = f"{unique_name}:pooled"
+    (pooled_id,) = await client.pipeline([("CLIENT", "ID")], transaction=True)
+    async with connect(server_url) as other:
+        assert await other.execute("CLIENT", "KILL", "ID", pooled_id) == 1
+    await anyio.sleep(0.05)  # let the close reach this side's socket
+    assert await client.pipeline([("INCR", key)], transaction=True) == [1]
+    # the same pool serves blocking commands
+    (pooled_id,) = await client.pipeline([("CLIENT", "ID")], transaction=True)
+    async with connect(server_url) as other:
+        assert await other.execute("CLIENT", "KILL", "ID", pooled_id) == 1
+    await anyio.sleep(0.05)
+    assert await client.execute("BLPOP", f"{key}:list", 0.01) is None
+    assert await client.execute("GET", key) == b"1"
+    await client.execute("DEL", key)
+
+
 async def test_a_command_larger_than_the_socket_buffer_is_written_whole(
     client: RedisClient, unique_name: str
 ) -> None:
