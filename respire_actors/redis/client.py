@@ -492,6 +492,21 @@ def _describe_hello(
 # --------------------------------------------------------------------------------------------
 # the client
 
+# Pub/sub and MONITOR turn a connection into a stream of pushes that no call of this client reads.
+_PUBSUB = frozenset(
+    b"SUBSCRIBE PSUBSCRIBE SSUBSCRIBE UNSUBSCRIBE PUNSUBSCRIBE SUNSUBSCRIBE MONITOR".split()
+)
+
+
+def _refuse_pubsub(name: bytes) -> None:
+    if name in _PUBSUB:
+        raise ValidationError(
+            f"{name.decode()} is not supported by this client: its replies are a stream of "
+            "pushes that no call here reads (respire_actors needs no pub/sub); use a pub/sub "
+            "client such as redis-py for it"
+        )
+
+
 # Command names that need a look before they may use the shared connection.
 _SPECIAL = frozenset(
     b"""BLPOP BRPOP BRPOPLPUSH BLMOVE BLMPOP BZPOPMIN BZPOPMAX BZMPOP WAIT WAITAOF XREAD
@@ -812,6 +827,7 @@ class RedisClient:
         try:
             if name in _SPECIAL:
                 rest = args[1:]
+                _refuse_pubsub(name)
                 if is_stateful(name, rest):
                     raise ValidationError(
                         f"{name.decode()} changes the state of its connection and cannot run "
@@ -1173,8 +1189,9 @@ class BlockingConnection:
         Bounded by the command's own block time plus the command timeout.
         """
         owner = self._owner
-        owner.round_trips += 1
         name = command_name(args[0])
+        _refuse_pubsub(name)
+        owner.round_trips += 1
         block = _block_seconds(name, args[1:]) if is_blocking(name, args[1:]) else 0.0
         timeout = None if block is None else block + owner.settings.command_timeout
         payload = encode(args)

@@ -243,7 +243,7 @@ async def test_blocking_commands_use_a_dedicated_connection(
 
 @pytest.mark.parametrize(
     "command",
-    [("SELECT", 1), ("MULTI",), ("WATCH", "k"), ("SUBSCRIBE", "c"), ("CLIENT", "REPLY", "OFF")],
+    [("SELECT", 1), ("MULTI",), ("WATCH", "k"), ("CLIENT", "REPLY", "OFF")],
 )
 async def test_stateful_commands_are_refused_on_the_shared_connection(
     client: RedisClient, command: tuple[object, ...]
@@ -271,6 +271,21 @@ async def test_an_idle_connection_closed_by_the_server_is_replaced_before_sendin
     assert await client.execute("INCR", key) == 2  # ran once, on a new connection
     assert client.statistics().connections_opened == opened + 1
     await client.execute("DEL", key)
+
+
+@pytest.mark.parametrize("command", [("SUBSCRIBE", "c"), ("PSUBSCRIBE", "c*"), ("MONITOR",)])
+async def test_pub_sub_is_refused_before_anything_is_sent(
+    client: RedisClient, command: tuple[object, ...]
+) -> None:
+    """Found by review: SUBSCRIBE was refused on the shared connection with advice to use
+    open_blocking(), where it waited for a reply that only comes as a push frame and timed
+    out; pub/sub and MONITOR are now refused everywhere, before anything is sent."""
+    with pytest.raises(ValidationError, match="pub/sub"):
+        await client.execute(*command)  # type: ignore[arg-type]
+    async with client.open_blocking() as blocking:
+        with anyio.fail_after(1), pytest.raises(ValidationError, match="pub/sub"):
+            await blocking.execute(*command)  # type: ignore[arg-type]
+        assert await blocking.execute("PING") == b"PONG"
 
 
 async def test_a_pooled_connection_closed_by_the_server_is_replaced_before_use(
