@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import re
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -415,6 +416,10 @@ class QueueOptions:
     retry_backoff:               base of the exponential retry backoff; None (default) keeps
                                  visibility-timeout recovery for nacks without ``retry_after``
     max_retry_backoff:           cap of the backoff (default: uncapped up to 2**31-1 ms)
+    retry_jitter:                fraction (0-1, default 0.2) by which each backoff is shortened
+                                 at random: the delay is drawn from [(1 - j) * d, d], so jobs
+                                 that failed together (an outage) do not retry in lock step;
+                                 0 keeps the exact exponential schedule
     rate_limit:                  queue-wide policy to enforce; stored when Redis has none, and
                                  the worker refuses to start if Redis holds a different one
     delete_acknowledged_entries: delete ready entries once acknowledged (XACKDEL ACKED on Redis
@@ -428,6 +433,7 @@ class QueueOptions:
     scheduling_batch_size: int = 64
     retry_backoff: timedelta | float | None = None
     max_retry_backoff: timedelta | float | None = None
+    retry_jitter: float = 0.2
     rate_limit: RateLimit | None = None
     delete_acknowledged_entries: bool = False
     metrics_retention_minutes: int = 0
@@ -450,6 +456,9 @@ class QueueOptions:
             cap = duration_ms(self.max_retry_backoff, what="max_retry_backoff")
             if cap < duration_ms(self.retry_backoff, what="retry_backoff"):
                 raise ValidationError("max_retry_backoff must be at least retry_backoff")
+        j = self.retry_jitter
+        if isinstance(j, bool) or not isinstance(j, int | float) or not 0 <= j <= 1:
+            raise ValidationError(f"retry_jitter must be a number from 0 to 1, got {j!r}")
         if self.rate_limit is not None and not isinstance(self.rate_limit, RateLimit):
             raise ValidationError("rate_limit must be a RateLimit or None")
         if not isinstance(self.delete_acknowledged_entries, bool):
@@ -465,9 +474,19 @@ class QueueOptions:
     def poll_ms(self) -> int:
         return duration_ms(self.scheduling_poll_interval, what="scheduling_poll_interval")
 
-    def retry_delay_ms(self, total_attempt: int) -> int | None:
-        """The backoff after total attempt ``total_attempt`` (from 1):
-        ``min(max, base * 2**(n-1))``; None when no backoff is configured."""
+    def retry_delay_ms(
+        self, total_attempt: int, draw: Callable[[], float] = random.random
+    ) -> int | None:
+        """The backoff after total attempt ``total_attempt`` (from 1): ``d = min(max, base *
+        2**(n-1))`` shortened by the jitter, ``d - floor(d * retry_jitter * draw())`` (``draw``
+        in [0, 1): at least ``(1 - retry_jitter) * d``, at most ``d``); None when no backoff
+        is configured."""
+        delay = self._backoff_ms(total_attempt)
+        if delay is None or not self.retry_jitter:
+            return delay
+        return delay - math.floor(delay * self.retry_jitter * draw())
+
+    def _backoff_ms(self, total_attempt: int) -> int | None:
         if self.retry_backoff is None:
             return None
         base = duration_ms(self.retry_backoff, what="retry_backoff")

@@ -34,7 +34,9 @@ pytestmark = pytest.mark.anyio
 
 
 def test_backoff_doubles_per_total_attempt_up_to_the_cap() -> None:
-    qo = QueueOptions(retry_backoff=timedelta(seconds=2), max_retry_backoff=timedelta(minutes=1))
+    qo = QueueOptions(
+        retry_backoff=timedelta(seconds=2), max_retry_backoff=timedelta(minutes=1), retry_jitter=0
+    )
     assert [qo.retry_delay_ms(n) for n in (1, 2, 3, 4, 5, 6, 100)] == [
         2000,
         4000,
@@ -45,7 +47,20 @@ def test_backoff_doubles_per_total_attempt_up_to_the_cap() -> None:
         60000,
     ]
     assert QueueOptions().retry_delay_ms(1) is None
-    assert QueueOptions(retry_backoff=1).retry_delay_ms(40) == 2**31 - 1
+    assert QueueOptions(retry_backoff=1, retry_jitter=0).retry_delay_ms(40) == 2**31 - 1
+
+
+def test_jitter_shortens_each_backoff_within_its_bound() -> None:
+    """Found by review: the seed asks for bounded exponential backoff *and jitter*; jobs that
+    failed together in an outage retried at exactly the same moments."""
+    qo = QueueOptions(retry_backoff=timedelta(milliseconds=300), retry_jitter=0.5)
+    assert qo.retry_delay_ms(3, lambda: 0.0) == 1200
+    assert qo.retry_delay_ms(3, lambda: 0.999999) == 601
+    assert qo.retry_delay_ms(3, lambda: 0.5) == 900
+    draws = {qo.retry_delay_ms(2) for _ in range(200)}
+    assert len(draws) > 50 and all(300 <= d <= 600 for d in draws if d is not None)
+    default = QueueOptions(retry_backoff=timedelta(seconds=1))
+    assert all(800 <= (default.retry_delay_ms(1) or 0) <= 1000 for _ in range(100))
 
 
 @pytest.mark.parametrize(
@@ -57,6 +72,10 @@ def test_backoff_doubles_per_total_attempt_up_to_the_cap() -> None:
         ({"max_retry_backoff": 5}, "needs retry_backoff"),
         ({"retry_backoff": 5, "max_retry_backoff": 1}, "at least"),
         ({"retry_backoff": -1}, "retry_backoff"),
+        ({"retry_jitter": -0.1}, "retry_jitter"),
+        ({"retry_jitter": 1.5}, "retry_jitter"),
+        ({"retry_jitter": True}, "retry_jitter"),
+        ({"retry_jitter": "0.2"}, "retry_jitter"),
     ],
 )
 def test_queue_options_are_validated(changes: dict[str, Any], complaint: str) -> None:
@@ -76,7 +95,8 @@ async def test_retry_decision(client_free_runtime: Any) -> None:
     assert retry_decision(rt, _delivery(1), None) == ("pending", 0)
     assert retry_decision(rt, _delivery(1), 500) == ("pending", 0)  # no queue options
     assert retry_decision(rt, _delivery(5), None) == ("dead", 0)
-    rt = client_free_runtime(queue_options=QueueOptions(retry_backoff=1, max_retry_backoff=3))
+    exact = QueueOptions(retry_backoff=1, max_retry_backoff=3, retry_jitter=0)
+    rt = client_free_runtime(queue_options=exact)
     assert retry_decision(rt, _delivery(1, prior=1), None) == ("retry", 2000)
     assert retry_decision(rt, _delivery(1, prior=2), None) == ("retry", 3000)
     assert retry_decision(rt, _delivery(1, prior=2), 60_000) == ("retry", 60_000)
@@ -132,7 +152,7 @@ async def test_backoff_delays_are_measured_on_redis_time_and_capped(
         attempts.append(job.total_attempts)
         raise RuntimeError("boom")
 
-    qo = sched_options(retry_backoff=timedelta(seconds=10), max_retry_backoff=15)
+    qo = sched_options(retry_backoff=timedelta(seconds=10), max_retry_backoff=15, retry_jitter=0)
     await queue.enqueue("a", "x")
     async with scheduling_worker(client, queue.name, handler, queue_options=qo) as worker:
         await wait_until(lambda: worker.statistics(queue.name).retried == 1)
