@@ -39,6 +39,13 @@ class Sample:
     oldest_backlog_age_s: float | None = None
     lag: int | None = None
     paused: bool | None = None
+    # pending entries idle past the visibility timeout plus a recovery interval: what recovery
+    # should have reclaimed by now (counted up to OVERDUE_CAP)
+    overdue: int | None = None
+
+
+OVERDUE_CAP = 100
+"""Most overdue pending entries a sample counts (one XPENDING page)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -219,6 +226,13 @@ meter.create_observable_gauge(
     [_gauge(lambda o: o.sample.oldest_pending_age_s)],
     unit="s",
     description="Age of the oldest pending entry (since it was appended), server clock",
+)
+meter.create_observable_gauge(
+    "respire.pending.overdue",
+    [_gauge(lambda o: o.sample.overdue)],
+    unit="{entry}",
+    description="Pending entries idle longer than the visibility timeout plus one recovery "
+    "interval (what recovery should have reclaimed), counted up to 100",
 )
 meter.create_observable_gauge(
     "respire.backlog.oldest_age",

@@ -3,8 +3,9 @@ collection asked for them.
 
 A collection (the metric reader's thread, or a test calling ``collect``) sets the
 registration's ``wanted`` flag and reports the previous sample; this actor notices the flag
-within :data:`SAMPLE_POLL` seconds and reads Redis once: ``XPENDING`` (summary) and ``XINFO
-GROUPS`` on the stream, the queue's ``paused`` flag (job queues), ``TIME``, and the oldest entry
+within :data:`SAMPLE_POLL` seconds and reads Redis once: ``XPENDING`` (summary, and the entries
+idle past the visibility timeout plus a recovery interval, up to 100) and ``XINFO GROUPS`` on
+the stream, the queue's ``paused`` flag (job queues), ``TIME``, and the oldest entry
 not yet delivered to the group (``XRANGE`` after its last-delivered id). Nothing is read while
 nobody collects, and nothing on the job path. A failed sample is logged at DEBUG and the
 previous values stay.
@@ -23,6 +24,7 @@ from supervisors import current_child
 from ..errors import RespireError
 from . import metrics
 from ._util import field_map, text
+from .options import duration_ms
 from .runtime import QueueRuntime
 from .runtime import log as worker_log
 from .source import stream_keys
@@ -60,9 +62,12 @@ def parse_sample(
     group: str,
     paused: Any,
     first_undelivered: Sequence[Any] | None,
+    overdue: Sequence[Any] | None = None,
 ) -> metrics.Sample:
     """The pure part of a sample: Redis replies in, gauge values out."""
     sample = metrics.Sample()
+    if overdue is not None:
+        sample.overdue = len(overdue)
     if pending:
         sample.pending = int(pending[0])
         oldest = _entry_ms(text(pending[1])) if pending[1] is not None else None
@@ -97,7 +102,16 @@ async def take_sample(rt: QueueRuntime) -> metrics.Sample:
 
 
 async def _sample_stream(rt: QueueRuntime, stream: str, control: str | None) -> metrics.Sample:
-    commands: list[Sequence[Any]] = [("XPENDING", stream, rt.group), ("XINFO", "GROUPS", stream)]
+    # a running handler's entry is renewed (its idle time reset) every third of the visibility
+    # timeout, and recovery reclaims the rest within one interval of it: older is overdue
+    overdue_ms = rt.visibility_ms + duration_ms(
+        rt.options.recovery_interval, what="recovery_interval"
+    )
+    commands: list[Sequence[Any]] = [
+        ("XPENDING", stream, rt.group),
+        ("XINFO", "GROUPS", stream),
+        ("XPENDING", stream, rt.group, "IDLE", overdue_ms, "-", "+", metrics.OVERDUE_CAP),
+    ]
     if control is not None:
         commands.append(("HGET", control, "paused"))
     replies = await rt.client.pipeline(commands)
@@ -111,8 +125,8 @@ async def _sample_stream(rt: QueueRuntime, stream: str, control: str | None) -> 
     if info is not None and info.get(b"last-delivered-id"):
         last = info[b"last-delivered-id"].decode()
         first = await rt.client.execute("XRANGE", stream, f"({last}", "+", "COUNT", 1)
-    paused = replies[2] if control is not None else _NOT_A_QUEUE
-    return parse_sample(now_ms, replies[0], replies[1], rt.group, paused, first)
+    paused = replies[3] if control is not None else _NOT_A_QUEUE
+    return parse_sample(now_ms, replies[0], replies[1], rt.group, paused, first, replies[2])
 
 
 def combine_samples(samples: Sequence[metrics.Sample]) -> metrics.Sample:
@@ -133,6 +147,7 @@ def combine_samples(samples: Sequence[metrics.Sample]) -> metrics.Sample:
         oldest_backlog_age_s=oldest([s.oldest_backlog_age_s for s in samples]),
         lag=total([s.lag for s in samples]),
         paused=None if any(p is None for p in paused) else all(paused),
+        overdue=total([s.overdue for s in samples]),
     )
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 from helpers.otel import Otel
-from jobs_helpers import fast_options, running_worker, wait_until
+from jobs_helpers import deliver, fast_options, running_worker, wait_until
 from sched_helpers import sched_options, scheduling_worker
 
 from respire_actors.actors import metrics as worker_metrics
@@ -146,6 +146,50 @@ async def test_gauges_are_sampled_from_redis_when_collected(
                 and otel.values("respire.consumer_group.lag", name).get(()) == 0
             ),
         )
+
+
+async def test_overdue_counts_what_recovery_should_have_reclaimed_not_long_handlers(
+    otel: Otel, client: RedisClient, unique_name: str
+) -> None:
+    """Found by review: the documented "deliveries are stuck" alert used the age of the oldest
+    pending entry since it was appended, so a job that had waited in the backlog, or a long
+    handler whose lease was renewed, tripped it. respire.pending.overdue counts only entries
+    idle past the visibility timeout plus a recovery interval: here a crashed consumer's
+    entry that recovery may not take while the queue is paused, and not the handler that has
+    been running for several visibility timeouts."""
+    queue = JobQueue(client, unique_name, BytesCodec())
+    started = anyio.Event()
+    release = anyio.Event()
+
+    async def handler(job: Job[bytes]) -> object:
+        started.set()
+        await release.wait()
+        return ACK
+
+    name = f"{unique_name}-o"
+    options = fast_options(visibility_timeout=timedelta(milliseconds=300), telemetry_name=name)
+    async with scheduling_worker(
+        client, unique_name, handler, options=options, codec=BytesCodec()
+    ) as worker:
+        await queue.enqueue("long", b"2")
+        await started.wait()
+        await queue.pause()  # no more reads and no recovery: the crashed entry stays put
+        await queue.enqueue("crashed", b"1")
+        assert len(await deliver(client, queue.keys, "ghost")) == 1
+        await anyio.sleep(1.0)  # the handler runs past three visibility timeouts
+
+        def state() -> bool:
+            return (
+                otel.values("respire.pending.count", name).get(()) == 2
+                and otel.values("respire.pending.overdue", name).get(()) == 1
+            )
+
+        await eventually(otel, state)
+        assert worker.statistics(unique_name).leases_lost == 0
+        release.set()
+        await queue.resume()
+        await wait_until(lambda: worker.statistics(unique_name).acked == 2)
+        await eventually(otel, lambda: otel.values("respire.pending.overdue", name).get(()) == 0)
 
 
 async def test_nothing_reads_redis_while_nobody_collects(
