@@ -51,6 +51,33 @@ _log = logging.getLogger("supervisors")
 _ACTIVE = (RunState.STARTING, RunState.RUNNING, RunState.STOPPING)
 
 
+@contextlib.contextmanager
+def _bare_interrupt() -> Any:
+    """Re-raise a KeyboardInterrupt or SystemExit that a child let out on its own, not wrapped
+    in the task group's exception group (with nothing but cancellations beside it), so
+    ``except KeyboardInterrupt`` around ``run`` and a child's ``sys.exit(3)`` work the same on
+    trio and asyncio."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        interrupts, rest = group.split((KeyboardInterrupt, SystemExit))
+        if interrupts is None:
+            raise
+        if rest is not None:
+            _, other = rest.split(anyio.get_cancelled_exc_class())
+            if other is not None:
+                raise
+        first = _first_leaf(interrupts)
+        raise first from None
+
+
+def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return exc
+
+
 class _Run:
     """One start of one child."""
 
@@ -59,6 +86,7 @@ class _Run:
         "context",
         "done",
         "error",
+        "escaping",
         "ready",
         "scope",
         "settled",
@@ -75,6 +103,9 @@ class _Run:
         self.ready = False
         self.value: Any = None
         self.error: BaseException | None = None
+        # A KeyboardInterrupt or SystemExit leaving the child: it ends the supervisor, so the
+        # run sends no exit report (it would be taken for a clean exit and restarted)
+        self.escaping = False
         # Set when the supervisor itself ends this run: its exit report is then not a failure.
         self.stopped = False
 
@@ -280,7 +311,7 @@ class Supervisor:
         inbox_send, inbox_receive = anyio.create_memory_object_stream[_Run | None](math.inf)
         self._inbox = inbox_send
         try:
-            with inbox_send, inbox_receive:
+            with _bare_interrupt(), inbox_send, inbox_receive:
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
                     failure = await self._start_children()
@@ -562,9 +593,25 @@ class Supervisor:
             )
             failure.__cause__ = group
             run.error = failure
+        except (KeyboardInterrupt, SystemExit):
+            run.escaping = True
+            raise
+        except BaseException as exc:
+            if isinstance(exc, anyio.get_cancelled_exc_class()):
+                raise  # this task is being cancelled (trio's Cancelled)
+            # GeneratorExit or an application's own BaseException subclass: a failure, not a
+            # clean exit (it used to be reported as "exited with no exception")
+            failure = RuntimeError(
+                f"child {spec.name!r} raised {type(exc).__name__}, a BaseException that is not "
+                "an Exception: treated as a failure"
+            )
+            failure.__cause__ = exc
+            run.error = failure
         finally:
             run.done.set()
-            if run.ready:
+            if run.escaping:
+                run.settled.set()
+            elif run.ready:
                 if self._inbox is not None:
                     with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
                         self._inbox.send_nowait(run)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import anyio
 import pytest
 from anyio.abc import TaskStatus
@@ -406,3 +408,93 @@ async def test_a_childs_own_cancelled_error_inside_its_task_group_is_a_failure()
         assert sup.state.value == "running"
         await sup.stop()
     assert events == ["victim 0", "victim 1", "sibling stopped gracefully"]
+
+
+class _OwnBase(BaseException):
+    """An application's own BaseException subclass (not an Exception)."""
+
+
+@pytest.mark.parametrize("kind", [_OwnBase, GeneratorExit])
+async def test_a_childs_base_exception_is_a_failure_not_a_clean_exit(
+    kind: type[BaseException], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by review: a child ending with GeneratorExit or its own BaseException subclass was
+    logged as "exited with no exception" and, being transient, not restarted; it is a
+    failure, restarted like any other."""
+    import logging
+
+    from supervisors import ChildSpec as Spec
+    from supervisors import Restart
+    from supervisors import Supervisor as Sup
+    from supervisors import current_child as child
+
+    events: list[str] = []
+
+    async def victim(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        ctx = child()
+        events.append(f"victim {ctx.restart_count}")
+        task_status.started()
+        if ctx.restart_count == 0:
+            await anyio.sleep(0.01)
+            raise kind()
+        await ctx.wait_stop_requested()
+
+    sup = Sup("sup", [Spec("victim", victim, restart=Restart.TRANSIENT)], backoff=None)
+    with caplog.at_level(logging.INFO, logger="supervisors"):
+        async with anyio.create_task_group() as tg:
+            await tg.start(sup.run)
+            with anyio.fail_after(5):
+                while "victim 1" not in events:  # noqa: ASYNC110 - the restart we wait on
+                    await anyio.sleep(0.01)
+            await sup.stop()
+    assert events == ["victim 0", "victim 1"]
+    assert not [r for r in caplog.records if "no exception" in r.getMessage()]
+
+
+_EXITING_TREE = """
+import sys
+import anyio
+from supervisors import ChildSpec, Supervisor
+
+async def sibling(*, task_status):
+    task_status.started()
+    try:
+        await anyio.sleep_forever()
+    finally:
+        print("sibling ended", flush=True)
+
+async def exits(*, task_status):
+    task_status.started()
+    await anyio.sleep(0.01)
+    sys.exit(3)
+
+async def main():
+    await Supervisor("sup", [ChildSpec("sibling", sibling), ChildSpec("exits", exits)]).run()
+
+try:
+    anyio.run(main, backend=sys.argv[1])
+except SystemExit as exc:
+    print(f"caught SystemExit {exc.code}", flush=True)
+    raise
+"""
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_childs_system_exit_leaves_run_as_it_is(backend: str, tmp_path: Path) -> None:
+    """Found by review: on trio a child's sys.exit(3) left run as an exception group (the
+    process exited 1, and `except SystemExit` around run missed it), and the supervisor was
+    told of a clean exit. It now ends the tree and leaves run bare on both backends."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "exiting_tree.py"
+    script.write_text(_EXITING_TREE)
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, str(script), backend],
+        cwd=root, capture_output=True, text=True, timeout=30, check=False,
+        env={**__import__("os").environ, "PYTHONPATH": str(root)},
+    )  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert done.stdout.splitlines() == ["sibling ended", "caught SystemExit 3"], done.stderr
+    assert "no exception" not in done.stderr
