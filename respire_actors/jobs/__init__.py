@@ -39,7 +39,7 @@ from .options import (
     Retention,
     WorkerOptions,
 )
-from .partitioned import PartitionedJobQueue, PartitionedQueueState
+from .partitioned import PartitionedBacklog, PartitionedJobQueue, PartitionedQueueState
 from .partitioning import partition_names, partition_of
 from .queue import JobQueue
 from .recurring import (
@@ -86,6 +86,7 @@ __all__ = [
     "JobEvent",
     "JobQueue",
     "PartitionedJobQueue",
+    "PartitionedBacklog",
     "PartitionedQueueState",
     "partition_names",
     "partition_of",

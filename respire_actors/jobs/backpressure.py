@@ -40,7 +40,7 @@ class Backlog:
     limit: int | None
 
 
-def _check_limit(limit: object) -> int | None:
+def check_limit(limit: object) -> int | None:
     if limit is None:
         return None
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_BACKLOG:
@@ -50,7 +50,7 @@ def _check_limit(limit: object) -> int | None:
 
 async def set_max_backlog(client: RedisClient, keys: JobQueueKeys, limit: int | None) -> bool:
     """Store (or with None remove) the bound; True when the stored value changed."""
-    checked = _check_limit(limit)
+    checked = check_limit(limit)
     script_keys = (keys.control, keys.ready, keys.scheduled)
     if checked is None:
         return bool(int(await _BACKLOG(client, script_keys, ("clear",))))

@@ -24,6 +24,8 @@ from ..codecs import Codec, check_codec
 from ..errors import RespireError, ValidationError
 from ..keys import partition_name, validate_name
 from ..redis.client import RedisClient
+from . import backpressure as _backpressure
+from .backpressure import Backlog
 from .groups import DEFAULT_LEASE, GroupInfo
 from .metrics import MinuteMetrics
 from .model import EnqueueResult, JobStatus, QueueState
@@ -50,6 +52,24 @@ def _item(item: object, index: int) -> tuple[str, Any, str | None]:
     raise ValidationError(
         f"job {index} must be a (job_id, payload) or (job_id, payload, ordering_key) tuple"
     )
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionedBacklog:
+    """:meth:`PartitionedJobQueue.backlog`: each partition's :class:`Backlog` in partition
+    order; ``backlog`` is the total, ``limit`` the per-partition bound they all share (None
+    when some partition is unbounded or the bounds differ)."""
+
+    partitions: Sequence[Backlog]
+
+    @property
+    def backlog(self) -> int:
+        return sum(p.backlog for p in self.partitions)
+
+    @property
+    def limit(self) -> int | None:
+        limits = {p.limit for p in self.partitions}
+        return limits.pop() if len(limits) == 1 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,13 +157,17 @@ class PartitionedJobQueue(Generic[T]):
         *,
         ordering_key: str | None = None,
         dedup_window: timedelta | float | None = None,
+        wait: timedelta | float | None = None,
     ) -> EnqueueResult:
         """:meth:`JobQueue.enqueue` into the partition of ``ordering_key`` (default the job
         id). Deduplication is per partition: repeat a job id with the same ordering key (or
-        none) and it is found. Raises :class:`ValidationError` before sending anything."""
+        none) and it is found. Under a backlog bound (:meth:`set_max_backlog`) a full
+        partition raises :class:`~respire_actors.errors.QueueFull`; ``wait`` retries it with
+        backoff as :meth:`JobQueue.enqueue` does. Raises :class:`ValidationError` before
+        sending anything."""
         queue = self.queue_for(job_id, ordering_key)
         await self.check()
-        return await queue.enqueue(job_id, payload, dedup_window=dedup_window)
+        return await queue.enqueue(job_id, payload, dedup_window=dedup_window, wait=wait)
 
     async def enqueue_many(
         self,
@@ -190,16 +214,17 @@ class PartitionedJobQueue(Generic[T]):
         options: JobEnqueueOptions | None = None,
         *,
         ordering_key: str | None = None,
+        wait: timedelta | float | None = None,
     ) -> EnqueueResult:
         """:meth:`JobQueue.enqueue_scheduled` into the partition of ``ordering_key``. Its
         default is the job's application group (``options.group``), so each group lives in one
         partition and its limits hold, else the job id. Workers need :class:`QueueOptions` to
-        promote staged jobs."""
+        promote staged jobs. ``wait`` as in :meth:`enqueue`."""
         if ordering_key is None and isinstance(options, JobEnqueueOptions):
             ordering_key = options.group
         queue = self.queue_for(job_id, ordering_key)
         await self.check()
-        return await queue.enqueue_scheduled(job_id, payload, options)
+        return await queue.enqueue_scheduled(job_id, payload, options, wait=wait)
 
     # -- application groups (docs/groups.md), each in the partition of its name -------------
     def group_queue(self, group: str) -> JobQueue[T]:
@@ -316,7 +341,21 @@ class PartitionedJobQueue(Generic[T]):
                 slot[1] += m.failed
         return [MinuteMetrics(minute, c, f) for minute, (c, f) in sorted(total.items())]
 
-    async def backlog(self) -> list[int]:
+    async def set_max_backlog(self, per_partition: int | None) -> int:
+        """Bound every partition's backlog at ``per_partition`` jobs (None removes the bounds):
+        :meth:`JobQueue.set_max_backlog` on each partition, so a producer whose job routes to
+        a full partition gets :class:`~respire_actors.errors.QueueFull` while the others still
+        accept (the queue holds at most ``partitions * per_partition``). Returns how many
+        partitions' bounds changed. Raises :class:`ValidationError` before sending."""
+        _backpressure.check_limit(per_partition)
+        return sum(await self._each("set_max_backlog", per_partition))
+
+    async def backlog(self) -> PartitionedBacklog:
+        """Each partition's backlog and bound (:meth:`JobQueue.backlog`: jobs accepted and not
+        finished, not the stream length), read concurrently; ``.backlog`` is their sum."""
+        return PartitionedBacklog(tuple(await self._each("backlog")))
+
+    async def stream_lengths(self) -> list[int]:
         """Each partition's ready stream length (XLEN: entries retained, acknowledged or not),
         in partition order; one pipelined call per server."""
         await self._verify()
@@ -329,4 +368,4 @@ class PartitionedJobQueue(Generic[T]):
         return out
 
 
-__all__ = ["PartitionedJobQueue", "PartitionedQueueState"]
+__all__ = ["PartitionedBacklog", "PartitionedJobQueue", "PartitionedQueueState"]

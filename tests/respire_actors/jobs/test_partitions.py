@@ -110,7 +110,7 @@ async def test_jobs_land_in_their_partitions_and_dedup_per_partition(
     assert first.enqueued and not again.enqueued and again.entry_id == first.entry_id
     # the job is in partition 15 (the table above), an ordinary queue named <name>:p15
     assert await client.execute("XLEN", queue.partition(15).keys.ready) == 1
-    assert sum(await queue.backlog()) == 1
+    assert (await queue.backlog()).backlog == 1
     # an ordering key routes the job with its key, and dedups there
     a = await queue.enqueue("x-1", "a", ordering_key="customer-7")
     b = await queue.enqueue("x-2", "b", ordering_key="customer-7")
@@ -123,11 +123,12 @@ async def test_jobs_land_in_their_partitions_and_dedup_per_partition(
     )
     assert [r.enqueued for r in results] == [True] * 100 + [False, True]
     backlog = await queue.backlog()
-    assert sum(backlog) == 104
+    assert backlog.backlog == 104 and backlog.limit is None
     expected = Counter(partition_of(f"m{i}", 16) for i in range(100))
     expected[15] += 1
     expected[8] += 3
-    assert backlog == [expected[i] for i in range(16)]
+    assert [p.backlog for p in backlog.partitions] == [expected[i] for i in range(16)]
+    assert await queue.stream_lengths() == [expected[i] for i in range(16)]
     assert int(await client.execute("GET", partitions_key(unique_name))) == 16
     # jobs of every partition share one pipelined round trip (not one pipeline per partition)
     before = client.round_trips
@@ -145,7 +146,7 @@ async def test_a_producer_or_worker_with_another_count_gets_a_typed_error(
         await other.enqueue("b", "x")
     assert (caught.value.configured, caught.value.stored) == (16, 8)
     right = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=8)
-    assert sum(await right.backlog()) == 1  # nothing was sent to the wrong partition
+    assert (await right.backlog()).backlog == 1  # nothing was sent to the wrong partition
     assert [await client.execute("EXISTS", other.partition(i).keys.ready) for i in (8, 15)] == [
         0,
         0,
@@ -496,7 +497,8 @@ async def test_producer_and_worker_users_need_only_the_partitions_keys(
             client, server_url, f"{unique_name}-r", acl_rules("observer", names)
         ) as r:
             observed = PartitionedJobQueue(r, unique_name, StrCodec(), partitions=4)
-            assert sum(await observed.backlog()) == 20
+            assert (await observed.backlog()).backlog == 0  # all 20 finished
+            assert sum(await observed.stream_lengths()) == 20  # and retained
             assert not (await observed.get_state()).paused
     assert await acl_denials(client, f"{unique_name}-p") == []
     assert await acl_denials(client, f"{unique_name}-w") == []
@@ -681,3 +683,47 @@ async def test_a_restarted_consumer_replays_its_pending_jobs_in_every_partition(
         await wait_until(lambda: finished == set(jobs), timeout=15)
         await second.stop()
     assert second.statistics(unique_name).replayed == len(jobs)
+
+
+async def test_a_partitioned_queue_bounds_each_partition_and_reports_its_true_backlog(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Found by review: a partitioned queue had no set_max_backlog and no enqueue(wait=), and
+    its backlog() was each partition's XLEN (acknowledged history included), so the partition
+    migration procedure waiting for an empty backlog never saw one until retention trimmed."""
+    from respire_actors import ACK
+    from respire_actors.errors import QueueFull
+    from respire_actors.jobs import Backlog, PartitionedBacklog
+
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=2)
+    assert await queue.set_max_backlog(2) == 2
+    assert await queue.set_max_backlog(2) == 0  # unchanged
+    ids: dict[int, list[str]] = {0: [], 1: []}  # job ids per partition
+    n = 0
+    while min(len(v) for v in ids.values()) < 3:
+        ids[queue.partition_of(f"j{n}")].append(f"j{n}")
+        n += 1
+    for p in (0, 1):
+        for job_id in ids[p][:2]:
+            assert (await queue.enqueue(job_id, "x")).enqueued
+    with pytest.raises(QueueFull):
+        await queue.enqueue(ids[0][2], "x")
+    with pytest.raises(QueueFull):
+        await queue.enqueue(ids[1][2], "x", wait=0.05)  # retried, still full
+    assert await queue.backlog() == PartitionedBacklog((Backlog(2, 2), Backlog(2, 2)))
+    assert (await queue.backlog()).limit == 2
+
+    async def handler(job: Job[str]) -> object:
+        return ACK
+
+    async with running_worker(client, unique_name, handler, partitions=2) as worker:
+        # a waiting producer gets in once a worker drains its partition
+        assert (await queue.enqueue(ids[0][2], "x", wait=10)).enqueued
+        await wait_until(lambda: worker.statistics(unique_name).acked == 5)
+    backlog = await queue.backlog()
+    assert backlog.backlog == 0 and backlog.limit == 2
+    assert sum(await queue.stream_lengths()) == 5  # the acknowledged entries are retained
+    assert await queue.set_max_backlog(None) == 2
+    assert (await queue.backlog()).limit is None
+    with pytest.raises(ValidationError):
+        await queue.set_max_backlog(0)
