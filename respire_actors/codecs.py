@@ -121,7 +121,13 @@ def _scalar_keyed(cl: Any) -> bool:
     key = args[0]
     if key in (int, float, bool):
         return True
-    return isinstance(key, type) and issubclass(key, Enum) and not issubclass(key, str)
+    # an enum of numbers or bools (an enum of text, "200" or "true" included, keeps its text)
+    return (
+        isinstance(key, type)
+        and issubclass(key, Enum)
+        and len(key) > 0
+        and all(isinstance(m.value, int | float) for m in key)
+    )
 
 
 def _scalar_key(key: object) -> object:
@@ -234,6 +240,10 @@ def _json_key(key: object) -> str:
     return repr(key)
 
 
+_LEAVES = frozenset({str, int, float, bool, type(None), bytes})
+"""Types that hold no mapping: skipped by the key-collision walks without further checks."""
+
+
 def _check_source_keys(value: object, converter: JsonConverter) -> None:
     """Raise ValueError if a mapping anywhere in ``value`` (inside lists, sets, dataclasses
     and attrs classes too) has two keys that unstructure to the same JSON key text
@@ -241,9 +251,22 @@ def _check_source_keys(value: object, converter: JsonConverter) -> None:
     only one of them, too late to tell."""
     stack = [value]
     seen_ids: set[int] = set()
+    leaves = _LEAVES
     while stack:
         item = stack.pop()
+        kind = type(item)
+        if kind in leaves:
+            continue
+        if kind is list or kind is tuple:  # the common containers, without the ABC checks
+            if id(item) not in seen_ids:
+                seen_ids.add(id(item))
+                stack.extend([x for x in item if type(x) not in leaves])
+            continue
         if id(item) in seen_ids:
+            continue
+        if kind is dict and all(type(k) is str for k in item):
+            seen_ids.add(id(item))
+            stack.extend([x for x in item.values() if type(x) not in leaves])
             continue
         if isinstance(item, Mapping):
             seen_ids.add(id(item))

@@ -49,6 +49,7 @@ from ..errors import (
     CommandTimeout,
     ConfigurationError,
     CredentialsRefused,
+    PermissionDenied,
     RedisUnavailable,
     UnsupportedServer,
 )
@@ -193,6 +194,12 @@ class Endpoint:
             for index, reply in enumerate(replies):
                 if isinstance(reply, ReplyError):
                     text = str(reply)
+                    if index == 1 and text.startswith("NOPERM"):  # SELECT refused by ACL
+                        raise PermissionDenied(
+                            f"{where}: this user may not run SELECT ({text}); grant it +select "
+                            "or use database 0 (drop the /DB part of the URL)",
+                            "select",
+                        )
                     if index == 1:  # SELECT
                         raise ConfigurationError(
                             f"{where} cannot select database {self.db}: {text}. Fix the /DB "

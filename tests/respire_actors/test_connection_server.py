@@ -91,6 +91,21 @@ async def test_acl_user_connects_and_is_who_it_says(
         await client.execute("DEL", unique_name)
 
 
+async def test_a_user_refused_select_gets_permission_denied_not_db_advice(
+    client: RedisClient, server_url: str, unique_name: str
+) -> None:
+    user = f"noselect-{unique_name}"
+    await client.execute("ACL", "SETUSER", user, "reset", "on", "nopass", "+@all", "-select")
+    try:
+        url = server_url.replace("redis://", f"redis://{user}@")
+        with pytest.raises(PermissionDenied, match=r"\+select") as caught:
+            async with connect(url, db=2):
+                pass
+        assert caught.value.command == "select"
+    finally:
+        await client.execute("ACL", "DELUSER", user)
+
+
 async def test_a_nopass_user_connects_with_its_name_alone(
     client: RedisClient, server_url: str, unique_name: str
 ) -> None:

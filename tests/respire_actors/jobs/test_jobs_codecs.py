@@ -249,6 +249,26 @@ def test_json_codec_reads_back_number_and_bool_mapping_keys() -> None:
         JsonCodec(dict[int, int]).decode(b'{"1": "2"}')
 
 
+class Status(Enum):
+    OK = "200"
+    YES = "true"
+
+
+@dataclass
+class Report:
+    counts: dict[Status, int]
+
+
+def test_json_codec_keeps_text_enum_keys_that_look_like_numbers() -> None:
+    """Found by review of the number-key fix: an enum of text values such as "200" or "true"
+    was taken for a number-keyed mapping, its keys parsed to 200 / True, and such payloads
+    could no longer be enqueued (or decoded when written by an older producer)."""
+    report = Report({Status.OK: 3, Status.YES: 1})
+    codec = JsonCodec(Report)
+    assert codec.decode(codec.encode(report)) == report
+    assert codec.decode(b'{"counts": {"200": 3}}') == Report({Status.OK: 3})
+
+
 def test_json_value_codec_converts_keys_and_bytes_as_documented() -> None:
     codec = JsonValueCodec()
     assert codec.decode(codec.encode({1: "a", None: "b", 2.5: "c"})) == {
