@@ -162,6 +162,7 @@ class ConsumerHost:
             task_status.started(value)
             if self._stop_pending:
                 self._stop_pending = False
+                log.info("%s: a stop was requested before this run started; stopping it", self.name)
                 supervisor.request_stop()
 
         ended = self._ended = anyio.Event()
@@ -198,14 +199,15 @@ class ConsumerHost:
             self._live.request_stop()
 
     async def stop(self) -> None:
-        """Graceful shutdown; returns when the tree has stopped: a run still starting stops
-        once it has started; with no run in progress, returns at once and the next run stops
-        as soon as it has started (see :meth:`request_stop`)."""
+        """Graceful shutdown; returns when the tree has stopped. A run still starting stops once
+        it has started. With no run in progress or starting, does nothing (a second ``stop``,
+        or one in cleanup after a run ended, does not stop the next run; only
+        :meth:`request_stop` carries over to a run about to start)."""
         if self._live is not None:
             await self._live.stop()
             return
-        self._stop_pending = True
-        if self._ended is not None:
+        if self._ended is not None:  # a run is starting
+            self._stop_pending = True
             await self._ended.wait()
 
     def statistics(self, name: str) -> WorkerStatistics:

@@ -382,6 +382,32 @@ async def test_a_stop_requested_before_a_second_run_starts_stops_that_run(
         assert ended.is_set()
 
 
+async def test_a_stop_after_a_run_ended_does_not_stop_the_next_run(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Found by review: stop() with no run in progress left a pending stop behind, so a second
+    stop() (or one in cleanup after a run ended) made the next run of the same Worker return
+    at once. Only request_stop() carries over to a run about to start."""
+    worker = Worker()
+    handled = anyio.Event()
+
+    async def handler(job: Job[str]) -> Outcome:
+        handled.set()
+        return ACK
+
+    worker.register(unique_name, handler, StrCodec(), fast_options())
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        await worker.stop()
+    await worker.stop()  # nothing runs: a no-op
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        await JobQueue(client, unique_name, StrCodec()).enqueue("j", "x")
+        with anyio.fail_after(10):
+            await handled.wait()  # the run is still serving
+        await worker.stop()
+
+
 async def test_a_worker_run_again_after_a_fatal_error_does_not_raise_it_again(
     client: RedisClient, unique_name: str
 ) -> None:
