@@ -249,7 +249,7 @@ def _check_source_keys(value: object, converter: JsonConverter) -> None:
     and attrs classes too) has two keys that unstructure to the same JSON key text
     (``{Color.RED: 1, 1: 2}`` with ``Color.RED.value == 1``): the unstructured copy would hold
     only one of them, too late to tell."""
-    stack = [value]
+    stack: list[Any] = [value]
     seen_ids: set[int] = set()
     leaves = _LEAVES
     while stack:

@@ -80,7 +80,7 @@ async def retry_dead(request: Request) -> Response:
     ids = _dead_ids(form)
     retried = await queue_admin(request, name).retry_dead_letters(ids)
     log_mutation(request, "retry dead letters", name, ids=ids, retried=retried)
-    return redirect(request, "/dead", queue=name, done=f"retried {retried} of {len(ids)}")
+    return redirect(request, "/dead", queue=name, retried=retried, of=len(ids))
 
 
 @mutation
@@ -90,7 +90,7 @@ async def delete_dead(request: Request) -> Response:
     ids = _dead_ids(form)
     deleted = await queue_admin(request, name).delete_dead_letters(ids)
     log_mutation(request, "delete dead letters", name, ids=ids, deleted=deleted)
-    return redirect(request, "/dead", queue=name, done=f"deleted {deleted} of {len(ids)}")
+    return redirect(request, "/dead", queue=name, deleted=deleted, of=len(ids))
 
 
 async def _group_action(request: Request, paused: bool) -> Response:

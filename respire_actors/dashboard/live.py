@@ -65,6 +65,11 @@ class EventStreamResponse(Response):
                         await producer(out)
                     except RespireError as exc:  # Redis went away: end the stream, the
                         log.warning("dashboard live update stopped: %r", exc)  # page retries
+                    except BaseExceptionGroup as group:  # the same from a producer's tasks
+                        errors, rest = group.split(RespireError)
+                        if errors is None or rest is not None:
+                            raise
+                        log.warning("dashboard live update stopped: %r", errors.exceptions[0])
 
             tg.start_soon(watch_disconnect)
             async with sender:

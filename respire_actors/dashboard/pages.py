@@ -13,10 +13,10 @@ from starlette.responses import Response
 
 from ..admin import QueueAdmin, QueueSummary, list_queues
 from ..codecs import BytesCodec
-from ..errors import PermissionDenied, ValidationError
+from ..errors import PermissionDenied, RespireError, ValidationError
 from ..jobs import DeadLetterReason, FlowNodeResult, JobQueue
 from .charts import minute_chart
-from .web import NotFound, config_of, dashboard_of, page, queue_param, render
+from .web import NotFound, config_of, dashboard_of, log, page, queue_param, render
 
 PAYLOAD_SHOWN = 4096  # bytes of a payload shown on a page (the page says when there are more)
 
@@ -49,18 +49,22 @@ async def queue_names(request: Request, after: str | None) -> tuple[list[str], s
 
 async def summaries(
     request: Request, names: Sequence[str]
-) -> tuple[dict[str, QueueSummary], dict[str, str]]:
-    """The summary of each queue, read concurrently (each one bounded), and the queues the
-    dashboard's ACL user may not read (name -> the refusal): a user scoped to some queues still
-    sees the others, as the registry lists every queue."""
+) -> tuple[dict[str, QueueSummary], dict[str, tuple[str, str]]]:
+    """The summary of each queue, read concurrently (each one bounded), and the queues that
+    could not be read (name -> (kind, why); kind ``denied`` when the dashboard's ACL user may
+    not read it, ``error`` for any other Redis error): one such queue never hides the others
+    (a user scoped to some queues still sees them, as the registry lists every queue)."""
     found: dict[str, QueueSummary] = {}
-    denied: dict[str, str] = {}
+    denied: dict[str, tuple[str, str]] = {}
 
     async def one(name: str) -> None:
         try:
             found[name] = await queue_admin(request, name).summary()
         except PermissionDenied as exc:
-            denied[name] = str(exc)
+            denied[name] = ("denied", f"not readable by this dashboard's Redis user ({exc})")
+        except RespireError as exc:
+            log.warning("dashboard: queue %r could not be read: %r", name, exc)
+            denied[name] = ("error", f"could not be read: {type(exc).__name__}: {exc}")
 
     async with anyio.create_task_group() as tg:
         for name in names:
@@ -90,7 +94,10 @@ async def overview(request: Request) -> Response:
     minutes = config_of(request).metrics_minutes
 
     async def chart(name: str) -> None:
-        charts[name] = minute_chart(await _queue(request, name).read_metrics(minutes))
+        try:
+            charts[name] = minute_chart(await _queue(request, name).read_metrics(minutes))
+        except RespireError as exc:  # its row says the rest; one queue never fails the page
+            log.warning("dashboard: metrics of %r could not be read: %r", name, exc)
 
     async with anyio.create_task_group() as tg:
         for name, summary in found.items():
@@ -190,8 +197,22 @@ async def dead_letters(request: Request) -> Response:
             "before": before,
             "reason": reason,
             "reasons": [r.value for r in DeadLetterReason],
+            "notice": _action_notice(request),
         },
     )
+
+
+def _action_notice(request: Request) -> str:
+    """The result of a retry or delete the page was redirected from, built here from numbers
+    (a link cannot put its own text on the page)."""
+    params = request.query_params
+    counts = {k: params.get(k, "") for k in ("retried", "deleted", "of")}
+    if not counts["of"].isdigit():
+        return ""
+    for verb in ("retried", "deleted"):
+        if counts[verb].isdigit():
+            return f"{verb} {int(counts[verb])} of {int(counts['of'])}"
+    return ""
 
 
 @page

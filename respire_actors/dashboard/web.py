@@ -142,7 +142,8 @@ def _refuse(request: Request, refusal: security.Refusal) -> Response:
         return PlainTextResponse(
             "without auth the dashboard serves only loopback clients that name it by a "
             "loopback host (localhost, 127.0.0.1, [::1]); configure auth for anything else "
-            "(DashboardConfig(auth=...) or --token / --basic-auth)",
+            "(DashboardConfig(auth=...); with the CLI, $RESPIRE_DASHBOARD_TOKEN, or --basic-user "
+            "with $RESPIRE_DASHBOARD_PASSWORD)",
             status_code=403,
         )
     if refusal.kind == "challenge":
@@ -185,10 +186,22 @@ def page(endpoint: Endpoint) -> Endpoint:
         except ValidationError as exc:
             return error_page(request, 400, "Bad request", str(exc))
         except RespireError as exc:
-            log.warning("dashboard page %s failed: %r", request.url.path, exc)
-            return error_page(request, 502, "Redis error", f"{type(exc).__name__}: {exc}")
+            return _redis_error(request, exc)
+        except BaseExceptionGroup as group:  # a page that read Redis in a task group
+            errors, rest = group.split(RespireError)
+            if errors is None or rest is not None:
+                raise
+            first: BaseException = errors
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            return _redis_error(request, first)
 
     return guarded
+
+
+def _redis_error(request: Request, exc: BaseException) -> Response:
+    log.warning("dashboard page %s failed: %r", request.url.path, exc)
+    return error_page(request, 502, "Redis error", f"{type(exc).__name__}: {exc}")
 
 
 def form_csrf_valid(request: Request, form: FormData) -> bool:

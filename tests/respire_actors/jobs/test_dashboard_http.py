@@ -272,7 +272,7 @@ async def test_dead_letter_retry_and_delete(client: RedisClient, unique_name: st
         token = csrf_of((await h.get("/dead", params={"queue": name})).text)
         retried = await h.post("/dead/retry", data={"queue": name, "id": rows["dead-1"],
                                                     "csrf": token})  # fmt: skip
-        assert retried.status_code == 303 and "retried+1+of+1" in retried.headers["location"]
+        assert retried.status_code == 303 and "retried=1&of=1" in retried.headers["location"]
         deleted = await h.post("/dead/delete", data={"queue": name, "id": rows["dead-2"],
                                                      "csrf": token})  # fmt: skip
         assert deleted.status_code == 303
@@ -315,7 +315,7 @@ async def test_a_dead_letter_stream_override_is_shown_and_retried(
         retried = await h.post(
             "/dead/retry", data={"queue": name, "id": row.dead_id, "csrf": token}
         )
-        assert "retried+1+of+1" in retried.headers["location"]
+        assert "retried=1&of=1" in retried.headers["location"]
     assert (await admin.summary()).dead_letters == 0
     with pytest.raises(ValidationError):
         DashboardConfig(dead_streams={name: "bad{suffix}"})
@@ -427,3 +427,42 @@ async def test_every_page_and_action_works_as_the_operator_role(
             with anyio.fail_after(10):
                 assert (await reader.__anext__()).kind == "paused"
         assert await acl_denials(client, user) == []
+
+
+async def test_one_unreadable_queue_does_not_fail_the_overview(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Found by review: a queue whose summary failed (a key of the wrong type, a dropped
+    connection) turned the overview of every queue into a bare 500: the error escaped the
+    page's handler inside the task group's exception group. Its row now says what failed."""
+    good, bad = f"{unique_name}-good", f"{unique_name}-bad"
+    await JobQueue(client, good, StrCodec()).enqueue("j", "x")
+    await client.execute("SET", JobQueueKeys(bad).ready, "not a stream")
+    try:
+        async with http(client, DashboardConfig(queues=(good, bad))) as web:
+            page = await web.get("/")
+            assert page.status_code == 200, page.text
+            assert f'data-queue="{bad}" class="error"' in page.text
+            assert "WrongKeyType" in page.text
+            assert f'data-queue="{good}"' in page.text
+            one = await web.get("/queue", params={"queue": bad})
+            assert one.status_code == 502 and "WrongKeyType" in one.text
+    finally:
+        await client.execute("DEL", JobQueueKeys(bad).ready)
+
+
+async def test_the_dead_letters_notice_is_built_from_numbers_not_from_the_link(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Found by review: the page showed any text passed in `done=`, so a crafted link could
+    put a fake message ("session expired, log in at ...") on the trusted page."""
+    await register_queue(client, unique_name)
+    async with http(client, DashboardConfig()) as web:
+        crafted = await web.get(
+            "/dead", params={"queue": unique_name, "done": "Session expired: log in at evil"}
+        )
+        assert crafted.status_code == 200 and "evil" not in crafted.text
+        made = await web.get("/dead", params={"queue": unique_name, "retried": "2", "of": "3"})
+        assert '<p class="notice">retried 2 of 3</p>' in made.text
+        odd = await web.get("/dead", params={"queue": unique_name, "retried": "x", "of": "3"})
+        assert 'class="notice"' not in odd.text
