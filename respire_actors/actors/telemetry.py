@@ -57,6 +57,19 @@ def fields(rt: QueueRuntime, delivery: Delivery, event: str) -> dict[str, Any]:
     }
 
 
+def _no_job(event: str, queue: str) -> dict[str, Any]:
+    """The structured fields of a record about no one job: every field is there (a formatter
+    naming them never fails), the job's ones empty."""
+    return {
+        "event": event,
+        "queue": queue,
+        "job_id": "",
+        "entry_id": "",
+        "attempt": 0,
+        "trace_id": "",
+    }
+
+
 def _outcome_name(outcome: object) -> str:
     if isinstance(outcome, DeadLetter):
         return "dead-letter"
@@ -217,7 +230,11 @@ def log_recovery_pass(rt: QueueRuntime, claimed: int, pages: int) -> None:
             rt.name,
             claimed,
             pages,
-            extra={"event": "recovery-pass", "queue": rt.name, "claimed": claimed, "pages": pages},
+            extra={
+                **_no_job("recovery-pass", telemetry_of(rt).destination),
+                "claimed": claimed,
+                "pages": pages,
+            },
         )
 
 
@@ -269,8 +286,7 @@ def log_recovery_dead_letters(rt: QueueRuntime, count: int) -> None:
             rt.name,
             count,
             extra={
-                "event": "dead-lettered",
-                "queue": telemetry_of(rt).destination,
+                **_no_job("dead-lettered", telemetry_of(rt).destination),
                 "reason": "delivery-limit",
                 "count": count,
             },

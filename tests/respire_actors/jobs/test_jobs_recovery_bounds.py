@@ -79,9 +79,15 @@ async def test_each_recovery_pass_reports_what_it_claimed(
     await deliver(client, queue.keys, "crashed", stale)
     await anyio.sleep(0.4)
     passes: list[tuple[int, int]] = []
+    # found by review: this record lacked the job fields every record is documented to carry,
+    # so a format string naming them failed on it
+    documented = logging.Formatter(
+        "%(event)s %(queue)s %(job_id)s %(entry_id)s %(attempt)s %(trace_id)s"
+    )
 
     class Passes(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
+            documented.format(record)  # raises if a documented field is missing
             if getattr(record, "event", None) == "recovery-pass":
                 passes.append((getattr(record, "claimed", -1), getattr(record, "pages", -1)))
 
