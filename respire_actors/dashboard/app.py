@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
 
+import anyio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -53,11 +54,19 @@ class Dashboard:
         self.config = config
         self.redis_url = redis_url
         self._client = client
+        self._closing: anyio.Event | None = None
         self.app = Starlette(
             routes=_routes(),
             lifespan=self.lifespan,
             exception_handlers={404: _not_found, 405: _not_allowed},
         )
+
+    def closing(self) -> anyio.Event:
+        """Set when the server serving the dashboard shuts down: open live streams end then,
+        before the server's graceful deadline (created on first use, in the event loop)."""
+        if self._closing is None:
+            self._closing = anyio.Event()
+        return self._closing
 
     @property
     def client(self) -> RedisClient:

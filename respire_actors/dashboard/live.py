@@ -39,8 +39,9 @@ class EventStreamResponse(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, producers: Sequence[Producer]) -> None:
+    def __init__(self, producers: Sequence[Producer], closing: anyio.Event | None = None) -> None:
         super().__init__(None)
+        self.closing = closing
         # no content-length: the body is a stream
         self.raw_headers = [
             (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -72,14 +73,28 @@ class EventStreamResponse(Response):
                         log.warning("dashboard live update stopped: %r", errors.exceptions[0])
 
             tg.start_soon(watch_disconnect)
+            streaming = anyio.CancelScope()
+            if self.closing is not None:
+                closing = self.closing
+
+                async def watch_closing() -> None:
+                    await closing.wait()  # the server shuts down: end the stream cleanly
+                    streaming.cancel()
+
+                tg.start_soon(watch_closing)
             async with sender:
                 for producer in self.producers:
                     tg.start_soon(run, producer, sender.clone())
-            async with receiver:
-                async for chunk in receiver:
-                    await send(
-                        {"type": "http.response.body", "body": chunk.encode(), "more_body": True}
-                    )
+            with streaming:
+                async with receiver:
+                    async for chunk in receiver:
+                        await send(
+                            {
+                                "type": "http.response.body",
+                                "body": chunk.encode(),
+                                "more_body": True,
+                            }
+                        )
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             tg.cancel_scope.cancel()
 
@@ -99,7 +114,10 @@ def _counts_producer(request: Request, names: Sequence[str]) -> Producer:
 @page
 async def overview_live(request: Request) -> Response:
     names = [queue_param(request, n) for n in request.query_params.getlist("queue")]
-    return EventStreamResponse([_counts_producer(request, names[: config_of(request).page_size])])
+    return EventStreamResponse(
+        [_counts_producer(request, names[: config_of(request).page_size])],
+        dashboard_of(request).closing(),
+    )
 
 
 @page
@@ -114,7 +132,9 @@ async def queue_live(request: Request) -> Response:
             async for event in reader:
                 await out.send(sse("job-event", event_row(event)))
 
-    return EventStreamResponse([_counts_producer(request, [name]), events])
+    return EventStreamResponse(
+        [_counts_producer(request, [name]), events], dashboard_of(request).closing()
+    )
 
 
 __all__ = ["EventStreamResponse", "overview_live", "queue_live", "sse"]

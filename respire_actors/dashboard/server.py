@@ -91,6 +91,7 @@ async def serve_dashboard(
         try:
             await anyio.sleep_forever()
         finally:
+            dashboard.closing().set()  # live streams end themselves, within the grace
             stop.set()
             shielded.deadline = anyio.current_time() + config.graceful_timeout + 5
 

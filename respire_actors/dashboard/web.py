@@ -10,6 +10,7 @@ from importlib import resources
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
+import anyio
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.datastructures import FormData
 from starlette.requests import Request
@@ -51,6 +52,8 @@ class Hosting(Protocol):
 
     @property
     def client(self) -> RedisClient: ...
+
+    def closing(self) -> anyio.Event: ...
 
 
 def dashboard_of(request: Request) -> Hosting:

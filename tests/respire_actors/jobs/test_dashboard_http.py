@@ -466,3 +466,38 @@ async def test_the_dead_letters_notice_is_built_from_numbers_not_from_the_link(
         assert '<p class="notice">retried 2 of 3</p>' in made.text
         odd = await web.get("/dead", params={"queue": unique_name, "retried": "x", "of": "3"})
         assert 'class="notice"' not in odd.text
+
+
+async def test_open_live_streams_end_cleanly_when_the_server_shuts_down(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Found by review: on shutdown the live streams were left to Hypercorn's graceful
+    deadline and then cut (asyncio logged an ERROR traceback per open page on a clean SIGTERM);
+    they now end themselves, so the browser sees a complete response."""
+    import httpx
+    from dashboard_helpers import served
+
+    await register_queue(client, unique_name)
+    config = DashboardConfig(live_interval=0.2)
+    lines: list[str] = []
+    ended_cleanly = anyio.Event()
+    async with anyio.create_task_group() as tg:
+        async with served(client, config) as url:
+            got_event = anyio.Event()
+
+            async def listen() -> None:
+                async with httpx.AsyncClient(timeout=10) as web:
+                    live = f"{url}/live?queue={unique_name}"
+                    async with web.stream("GET", live) as response:
+                        async for line in response.aiter_lines():
+                            lines.append(line)
+                            if line.startswith("event: counts"):
+                                got_event.set()
+                ended_cleanly.set()  # no RemoteProtocolError: the body was completed
+
+            tg.start_soon(listen)
+            with anyio.fail_after(10):
+                await got_event.wait()
+        with anyio.fail_after(5):
+            await ended_cleanly.wait()
+    assert any(line.startswith("event: counts") for line in lines)
