@@ -70,21 +70,26 @@ probes[#probes + 1] = {'HSET', policy, 'f', 'v'}
 probes[#probes + 1] = {'HDEL', policy, 'f'}
 probes[#probes + 1] = {'HINCRBY', policy, 'f', '1'}
 probes[#probes + 1] = {'ZREM', parked, 'm'}
--- the reads of the visits, which run after the first delivery was written
-respire_fence_probes(probes, ready, true)
+-- the reads after the first delivery was written: TIME (expiries) always; the group visits'
+-- only when there are groups to visit (the visits, and their reads, run only then)
+probes[#probes + 1] = {'TIME'}
 probes[#probes + 1] = {'XREADGROUP', 'GROUP', group, consumer, 'COUNT', '1', 'STREAMS', ready, '>'}
-probes[#probes + 1] = {'XRANGE', scheduled, '-', '+', 'COUNT', '1'}
-probes[#probes + 1] = {'XREVRANGE', ready, '+', '-', 'COUNT', '1'}
-probes[#probes + 1] = {'XREVRANGE', scheduled, '+', '-', 'COUNT', '1'}
-probes[#probes + 1] = {'EXISTS', ready}
-probes[#probes + 1] = {'EXISTS', order}
-probes[#probes + 1] = {'GET', cursor_key}
-probes[#probes + 1] = {'HGET', policy, 'f'}
-probes[#probes + 1] = {'HEXISTS', policy, 'f'}
-probes[#probes + 1] = {'ZRANGEBYLEX', jobs, '-', '+'}
-probes[#probes + 1] = {'ZRANGEBYLEX', order, '-', '+'}
-probes[#probes + 1] = {'ZRANGE', parked, '0', '0'}
-probes[#probes + 1] = {'ZRANGEBYSCORE', parked, '-inf', '+inf'}
+local groups_present = redis.call('EXISTS', order, parked) > 0
+if groups_present then
+  respire_fence_probes(probes, ready, false)
+  probes[#probes + 1] = {'XRANGE', scheduled, '-', '+', 'COUNT', '1'}
+  probes[#probes + 1] = {'XREVRANGE', ready, '+', '-', 'COUNT', '1'}
+  probes[#probes + 1] = {'XREVRANGE', scheduled, '+', '-', 'COUNT', '1'}
+  probes[#probes + 1] = {'EXISTS', ready}
+  probes[#probes + 1] = {'EXISTS', order}
+  probes[#probes + 1] = {'GET', cursor_key}
+  probes[#probes + 1] = {'HGET', policy, 'f'}
+  probes[#probes + 1] = {'HEXISTS', policy, 'f'}
+  probes[#probes + 1] = {'ZRANGEBYLEX', jobs, '-', '+'}
+  probes[#probes + 1] = {'ZRANGEBYLEX', order, '-', '+'}
+  probes[#probes + 1] = {'ZRANGE', parked, '0', '0'}
+  probes[#probes + 1] = {'ZRANGEBYSCORE', parked, '-inf', '+inf'}
+end
 local err = respire_preflight(
   {{ready, 'stream'}, {scheduled, 'stream'}, {order, 'zset'}, {jobs, 'zset'},
    {cursor_key, 'string'}, {policy, 'hash'}, {owners, 'hash'}, {leases, 'zset'},
@@ -192,7 +197,7 @@ end
 local visits = 0
 local exhausted = false
 local remaining = allowed - read
-if remaining > 0 and (redis.call('EXISTS', order) == 1 or redis.call('EXISTS', parked) == 1) then
+if remaining > 0 and groups_present then
   local t = now()
   respire_wake(order, jobs, parked, policy, t, max_visits)
   local cursor = redis.call('GET', cursor_key)
