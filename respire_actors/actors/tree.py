@@ -136,6 +136,14 @@ class ConsumerHost:
         # tree's start, or between two runs): the next run stops as soon as it has started
         self._stop_pending = False
 
+    def _refuse_if_running(self) -> None:
+        """A second concurrent run would share and overwrite the first's runtimes and tree."""
+        if self._ended is not None:
+            raise RuntimeError(
+                f"{type(self).__name__} {self.name!r} is already running: stop it first, or "
+                "create another one to run it twice"
+            )
+
     def _on_fatal(self, exc: BaseException) -> None:
         """A registration hit an error no restart can fix: stop the whole tree; ``run``
         raises it once the tree has stopped."""

@@ -269,7 +269,9 @@ class Worker(ConsumerHost):
         unless ``recreate_missing_group`` says otherwise) and, with :class:`QueueOptions`,
         stores or compares the rate policy (:class:`ConfigurationError` on a mismatch). A
         failed check fails the tree's start (``supervisors.StartError`` with the error as its
-        cause); :meth:`run` raises the error itself."""
+        cause); :meth:`run` raises the error itself. Raises :class:`RuntimeError` while this
+        worker is running (one Worker runs once at a time)."""
+        self._refuse_if_running()
         if not self._registrations:
             raise ValidationError("the worker has no registered handlers")
         queue_sups = []

@@ -398,7 +398,9 @@ class StreamWorker(ConsumerHost):
         )
 
     def build(self, client: RedisClient) -> Supervisor:
-        """The supervision tree for ``client``, to run or compose into your own."""
+        """The supervision tree for ``client``, to run or compose into your own. Raises
+        :class:`RuntimeError` while this worker is running."""
+        self._refuse_if_running()
         if not self._registrations:
             raise ValidationError("the stream worker has no registered handlers")
         sups = []

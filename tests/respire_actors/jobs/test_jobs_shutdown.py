@@ -408,6 +408,30 @@ async def test_a_stop_after_a_run_ended_does_not_stop_the_next_run(
         await worker.stop()
 
 
+async def test_a_worker_refuses_a_second_concurrent_run(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Found by review: a second run of a running Worker was accepted; it overwrote the first
+    run's runtimes and tree, so stop() stopped only one of them (the program hung) or the
+    shared mailboxes were closed under the other (a crash storm)."""
+    worker = Worker()
+
+    async def handler(job: Job[str]) -> Outcome:
+        return ACK
+
+    worker.register(unique_name, handler, StrCodec(), fast_options())
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        with pytest.raises(RuntimeError, match="already running"):
+            await worker.run(client)
+        with anyio.fail_after(10):
+            await worker.stop()
+    # and once stopped it runs again
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        await worker.stop()
+
+
 async def test_a_worker_run_again_after_a_fatal_error_does_not_raise_it_again(
     client: RedisClient, unique_name: str
 ) -> None:
