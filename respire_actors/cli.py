@@ -104,7 +104,10 @@ def load_app(path: str) -> App:
             obj = getattr(obj, part)
         except AttributeError:
             raise StartupError(f"module {module_name!r} has no attribute {attr!r}") from None
-    needs = "an object with an async run(client) method, or a factory that takes no arguments"
+    needs = (
+        "an object with a method 'async def run(self, client, *, "
+        "task_status=anyio.TASK_STATUS_IGNORED)', or a factory that takes no arguments"
+    )
     if isinstance(obj, type) or (not hasattr(obj, "run") and callable(obj)):
         # a factory (a class is one too: its run is not bound to an instance yet)
         try:
@@ -117,9 +120,31 @@ def load_app(path: str) -> App:
             obj = obj()
         except Exception as exc:
             raise StartupError(f"building the app with {path}() failed: {exc!r}") from exc
-    if not callable(getattr(obj, "run", None)):
+    run = getattr(obj, "run", None)
+    if not callable(run):
         raise StartupError(f"{path!r} is not an app: serve needs {needs}")
+    _check_run(path, run, needs)
     return obj  # type: ignore[no-any-return]
+
+
+def _check_run(path: str, run: Any, needs: str) -> None:
+    """Refuse an app whose ``run`` is not async or cannot take ``(client, *, task_status=)``,
+    before anything runs (a blocking sync ``run`` would otherwise run first)."""
+    target = run if inspect.isfunction(run) or inspect.ismethod(run) else type(run).__call__
+    if not (inspect.iscoroutinefunction(target) or inspect.iscoroutinefunction(run)):
+        raise StartupError(
+            f"{type(run.__self__).__name__ if hasattr(run, '__self__') else path}.run is not "
+            f"async: serve needs {needs}"
+        )
+    try:
+        inspect.signature(run).bind(object(), task_status=anyio.TASK_STATUS_IGNORED)
+    except TypeError as exc:
+        raise StartupError(
+            f"{path}: its run cannot be called as run(client, task_status=...) ({exc}); "
+            f"serve needs {needs}"
+        ) from None
+    except ValueError:  # no signature to check: it is tried as it is
+        pass
 
 
 @dataclass(slots=True)
@@ -585,7 +610,8 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser(
         "serve",
         help="run an app (package.module:attribute)",
-        description="Run an app: a Worker, or any object with an async run(client) method.",
+        description="Run an app: a Worker, or any object with a method "
+        "'async def run(self, client, *, task_status=anyio.TASK_STATUS_IGNORED)'.",
         epilog=EPILOG,
         formatter_class=fmt,
         parents=[common],

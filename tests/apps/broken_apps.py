@@ -12,10 +12,21 @@ class SyncRun:
     """An app whose run is not async."""
 
     def run(self, client: Any, **kwargs: Any) -> None:
+        print("sync run called", flush=True)
         return None
 
 
 sync_run = SyncRun()
+
+
+class NoTaskStatus:
+    """An app whose run takes no task_status."""
+
+    async def run(self, client: Any) -> None:
+        return None
+
+
+no_task_status = NoTaskStatus()
 
 
 class OneShot:

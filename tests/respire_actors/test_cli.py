@@ -187,7 +187,9 @@ def test_bad_log_level(args: tuple[str, ...], env: dict[str, str]) -> None:
 
 def test_an_object_that_is_not_an_app() -> None:
     result = run_cli("serve", "json:dumps", "--redis-url", "redis://127.0.0.1:6379")
-    assert_one_line_startup_error(result, "'json:dumps' is not an app", "async run(client)")
+    assert_one_line_startup_error(
+        result, "'json:dumps' is not an app", "async def run(self, client, *, task_status"
+    )
 
 
 def test_a_module_failing_at_import_is_named() -> None:
@@ -204,6 +206,17 @@ def test_an_app_whose_run_is_not_async() -> None:
         "serve", "tests.apps.broken_apps:sync_run", "--redis-url", "redis://127.0.0.1:6379"
     )
     assert_one_line_startup_error(result, "SyncRun.run is not async", "async def run")
+    # found by review: the sync run used to be called (and could block for ever) first
+    assert "sync run called" not in result.stdout
+
+
+def test_an_app_whose_run_takes_no_task_status() -> None:
+    """Found by review: `async def run(self, client)` failed with a bare TypeError about an
+    unexpected keyword argument, which did not say what to change."""
+    result = run_cli(
+        "serve", "tests.apps.broken_apps:no_task_status", "--redis-url", "redis://127.0.0.1:6379"
+    )
+    assert_one_line_startup_error(result, "run(client, task_status=...)", "task_status=anyio")
 
 
 def test_a_one_shot_app_that_never_reports_ready_exits_0_when_it_returns() -> None:
