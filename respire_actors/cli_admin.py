@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from .actors.messages import DeadLetterReason
 from .admin import QueueAdmin, QueueSummary, TrimPlan, list_queues
 from .codecs import BytesCodec
 from .errors import PermissionDenied, ValidationError
@@ -46,6 +47,10 @@ ADMIN_COMMANDS = (
     "pending",
     "trim",
 )
+
+
+REASONS = tuple(r.value for r in DeadLetterReason)
+"""The dead-letter reasons --reason accepts."""
 
 
 class CommandFailed(Exception):
@@ -527,13 +532,13 @@ def add_admin_commands(sub: Any, parents: Sequence[argparse.ArgumentParser], epi
     named(p := command("queue", "show one job queue in detail"), dead=True)
     named(p := command("dead-letters", "list a queue's dead letters, newest first"), dead=True)
     count(p, 50)
-    p.add_argument("--reason", default=None, help="only this dead-letter reason")
+    p.add_argument("--reason", default=None, choices=REASONS, help="only this dead-letter reason")
     p.add_argument("--before", default=None, metavar="ID", help="page: older than this id")
     p = command("retry", "re-enqueue dead letters with their original job id and payload")
     named(p, dead=True)
     p.add_argument("entries", nargs="*", metavar="ENTRY", help="dead-letter ids to retry")
     p.add_argument("--all", action="store_true", help="retry every dead letter (paged)")
-    p.add_argument("--reason", default=None, help="with --all: only this reason")
+    p.add_argument("--reason", default=None, choices=REASONS, help="with --all: only this reason")
     for name, text in (("pause", "pause"), ("resume", "resume")):
         named(command(name, f"{text} a job queue for every worker", json_output=False))
     named(p := command("rate", "show, set or clear a queue's rate limit"))

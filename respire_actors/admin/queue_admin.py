@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ..actors.messages import DeadLetterReason
 from ..actors.options import CONSUMER_GROUP, is_entry_id
 from ..codecs import StrCodec
 from ..errors import RespireError, ServerError, ValidationError
@@ -75,6 +76,18 @@ def _bound(value: object, *, what: str, open_end: str) -> str:
     if isinstance(value, str) and value.startswith("("):
         return "(" + _entry_id(value[1:], what=what)
     return _entry_id(value, what=what)
+
+
+_REASONS = tuple(r.value for r in DeadLetterReason)
+
+
+def _check_reason(reason: object) -> None:
+    """A dead-letter reason filter: None or one of the reasons letters carry (a misspelt one
+    would match nothing, silently)."""
+    if reason is not None and reason not in _REASONS:
+        raise ValidationError(
+            f"unknown dead-letter reason {reason!r}: use one of {', '.join(_REASONS)}"
+        )
 
 
 def _id_time(entry_id: str) -> datetime:
@@ -278,8 +291,7 @@ class QueueAdmin:
         scanned; follow ``next_before`` until it is None."""
         count = _count(count)
         end = "+" if before is None else _bound(before, what="before", open_end="+")
-        if reason is not None and not isinstance(reason, str):
-            raise ValidationError("reason must be a str or None")
+        _check_reason(reason)
         rows = await self.client.execute("XREVRANGE", self.dead_key, end, "-", "COUNT", count)
         page = []
         for dead_id, flat in rows or []:
@@ -449,8 +461,7 @@ class QueueAdmin:
         failing again, say) are not retried by it. Stopping the iteration stops the retries;
         pages already handled stay retried."""
         batch = _count(batch, what="batch", high=MAX_RETRY_CHUNK)
-        if reason is not None and not isinstance(reason, str):
-            raise ValidationError("reason must be a str or None")
+        _check_reason(reason)
         newest = await self.client.execute("XREVRANGE", self.dead_key, "+", "-", "COUNT", 1)
         if not newest:
             return

@@ -413,3 +413,17 @@ async def test_retrying_many_dead_letters_logs_a_line_per_page_not_per_letter(
         assert await admin.retry_dead_letters(ids) == 30
     lines = [r for r in caplog.records if r.levelno >= logging.INFO]
     assert [r.getMessage() for r in lines] == [f"{queue.name}: retried 30 of 30 dead letters"]
+
+
+async def test_a_misspelt_dead_letter_reason_is_refused(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """Found by review: `--reason processing_failed` retried 0 letters and succeeded; a
+    filter that can match nothing is now a ValidationError naming the reasons."""
+    admin = QueueAdmin(client, queue.name)
+    with pytest.raises(ValidationError, match="processing-failed"):
+        await admin.dead_letters(reason="processing_failed")
+    with pytest.raises(ValidationError, match="unknown dead-letter reason"):
+        async for _ in admin.retry_all(reason="Explicit"):
+            pass
+    assert (await admin.dead_letters(reason="nack")).rows == []
