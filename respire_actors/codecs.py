@@ -15,7 +15,17 @@ import dataclasses
 import json
 from collections.abc import Callable, Mapping, MutableMapping
 from enum import Enum
-from typing import Any, Generic, Protocol, TypeVar, cast, get_args, get_origin, runtime_checkable
+from typing import (
+    Any,
+    Generic,
+    NewType,
+    Protocol,
+    TypeVar,
+    cast,
+    get_args,
+    get_origin,
+    runtime_checkable,
+)
 
 import attrs
 from cattrs import BaseConverter
@@ -177,6 +187,16 @@ def strict_converter() -> JsonConverter:
 _DEFAULT_CONVERTER: JsonConverter = strict_converter()
 
 
+def _is_type(value: object) -> bool:
+    """A class, or a typing form cattrs can structure into (``list[int]``, ``A | None``,
+    ``Literal[...]``, ``Annotated[...]``, ``Any``, a ``NewType``)."""
+    if isinstance(value, type) or value is Any:
+        return True
+    if get_origin(value) is not None:
+        return True
+    return isinstance(value, NewType | TypeVar)
+
+
 class JsonCodec(Generic[T]):
     """Payloads of type ``T`` (dataclasses, attrs classes, builtins) as JSON via cattrs.
 
@@ -193,6 +213,12 @@ class JsonCodec(Generic[T]):
     def __init__(self, type_: type[T], *, converter: JsonConverter | None = None) -> None:
         if converter is not None and not isinstance(converter, JsonConverter):
             raise ValidationError("converter must be a cattrs.preconf.json.JsonConverter")
+        if not _is_type(type_):
+            raise ValidationError(
+                f"JsonCodec needs the payload's type, got {type(type_).__name__} value "
+                f"{type_!r}: pass the class, as in JsonCodec(Email), or a typing form "
+                "(list[int], dict[str, Email], Email | None)"
+            )
         self._type = type_
         self._converter = converter if converter is not None else _DEFAULT_CONVERTER
 

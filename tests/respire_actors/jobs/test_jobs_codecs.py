@@ -279,3 +279,15 @@ def test_json_value_codec_converts_keys_and_bytes_as_documented() -> None:
     import base64
 
     assert base64.b85decode(codec.decode(codec.encode(b"\x00\xff"))) == b"\x00\xff"
+
+
+@pytest.mark.parametrize("given", [Email("x", 1), "Email", 42])
+def test_json_codec_refuses_a_value_where_a_type_belongs(given: object) -> None:
+    """Found by review: JsonCodec(Email("x")), JsonCodec("Email") or JsonCodec(42) was built
+    and registered without complaint, then failed every enqueue with an EncodeError that did
+    not say what to fix (and every decode on a worker)."""
+    from respire_actors.errors import ValidationError
+
+    with pytest.raises(ValidationError, match=r"pass the class, as in JsonCodec\(Email\)"):
+        JsonCodec(given)  # type: ignore[arg-type]
+    assert JsonCodec(list[Email]).decode(b'[{"to": "a", "retries": 1}]') == [Email("a", 1)]
