@@ -28,6 +28,7 @@ import anyio.abc
 from supervisors import (
     ChildSpec,
     Restart,
+    RunState,
     Strategy,
     Supervisor,
     SupervisorError,
@@ -160,6 +161,9 @@ class ServeConfig:
     data_dir: Path | None = None
     shutdown_timeout: float = 60.0
     stats_interval: float = DEFAULT_STATS_INTERVAL
+    # what the app raised while it was being stopped (the supervisor only logs it): serve's
+    # exit status reports it
+    stop_failures: list[BaseException] = dataclasses.field(default_factory=list)
 
 
 async def serve(
@@ -208,6 +212,14 @@ async def serve(
             log.warning("the embedded server died (%s); starting it again on port %d", died, port)
 
     async def host(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        try:
+            await host_app(task_status=task_status)
+        except Exception as exc:
+            if root.state is RunState.STOPPING:  # the service stops (not a restart of the app)
+                config.stop_failures.append(exc)
+            raise
+
+    async def host_app(*, task_status: anyio.abc.TaskStatus[None]) -> None:
         async with connect_when_loaded(url_holder["url"]) as client:
             info = await client.server_info()
             where = client.settings.describe()
@@ -483,7 +495,12 @@ async def _serve_with_signals(config: ServeConfig, phase: dict[str, bool]) -> in
                         if root is not None:
                             root.request_stop()
                         else:
-                            outer.cancel()  # still starting: nothing to drain
+                            # still starting: nothing to drain. What start-up logged so far is
+                            # noise now; the stop itself must be seen
+                            if _gate is not None:
+                                _gate.drop()
+                            log.warning("stopped during start-up; nothing was served")
+                            outer.cancel()
                     else:
                         outer.cancel()
 
@@ -500,6 +517,13 @@ async def _serve_with_signals(config: ServeConfig, phase: dict[str, bool]) -> in
 
             tg.start_soon(watch_signals)
             await tg.start(serve_and_record)
+    if config.stop_failures:
+        exc = root_cause(config.stop_failures[0])
+        print(
+            f"error: the app failed while stopping: {type(exc).__name__}: {exc}",
+            file=sys.stderr,
+        )
+        return EXIT_FAILURE
     return EXIT_OK
 
 

@@ -37,3 +37,32 @@ class OneShot:
 
 
 one_shot = OneShot()
+
+
+class FailsWhileStopping:
+    """An app that starts, and raises when asked to stop."""
+
+    async def run(self, client: Any, *, task_status: Any) -> None:
+        from supervisors import current_child
+
+        task_status.started()
+        print("serving", flush=True)
+        await current_child().wait_stop_requested()
+        raise ValueError("failed while stopping")
+
+
+fails_while_stopping = FailsWhileStopping()
+
+
+class SlowStart:
+    """An app whose start-up takes long (a SIGINT lands during it)."""
+
+    async def run(self, client: Any, *, task_status: Any) -> None:
+        import anyio
+
+        print("starting up", flush=True)
+        await anyio.sleep(30)
+        task_status.started()
+
+
+slow_start = SlowStart()

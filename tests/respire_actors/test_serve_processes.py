@@ -218,3 +218,34 @@ def answers_ping(port: int) -> bool:
             return sock.recv(16).startswith(b"+PONG")
     except OSError:
         return False
+
+
+def test_an_app_failing_while_stopping_makes_serve_exit_1(tmp_path: Path) -> None:
+    """Found by review: the failure was only logged by the supervisor and serve exited 0, so a
+    service manager could not see it (exit 1 is documented for a failure after start-up)."""
+    with serving(
+        "tests.apps.broken_apps:fails_while_stopping",
+        "--redis-url",
+        "redis://127.0.0.1:6379",
+        stderr_path=tmp_path / "serve.err",
+    ) as s:
+        s.wait_for_line("serving")
+        time.sleep(0.5)  # the app is ready a moment before serve's tree reports it started
+        s.signal(signal.SIGTERM)
+        assert s.wait() == 1, s.stderr()
+    assert "error: the app failed while stopping: ValueError" in s.stderr()
+
+
+def test_a_stop_during_start_up_says_so(tmp_path: Path) -> None:
+    """Found by review: a Ctrl-C during start-up exited 0 with nothing on stderr (the warning
+    was held back by the start-up log gate and never written)."""
+    with serving(
+        "tests.apps.broken_apps:slow_start",
+        "--redis-url",
+        "redis://127.0.0.1:6379",
+        stderr_path=tmp_path / "serve.err",
+    ) as s:
+        s.wait_for_line("starting up")
+        s.signal(signal.SIGINT)
+        assert s.wait() == 0, s.stderr()
+    assert "stopped during start-up" in s.stderr()
