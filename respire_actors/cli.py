@@ -881,6 +881,8 @@ def explain(exc: BaseException, url: str | None) -> str:
                 f"(redis://[USER]:PASSWORD@host:port) given with {where_set}"
             )
         return f"{where} refused the user name or password: check them in {where_set}"
+    if "like a redis server" in lowered:
+        return f"{text} (the server is set with {where_set})"
     if (
         "protocol error" in lowered
         or "protocol" in names
@@ -892,8 +894,11 @@ def explain(exc: BaseException, url: str | None) -> str:
             f"in {where_set}"
         )
     if isinstance(exc, RespireError):
-        if isinstance(exc, RedisUnavailable) and "URL" not in text:
-            return f"{text} (the server is set with {where_set})"
+        if isinstance(exc, RedisUnavailable):
+            return (
+                f"{text} (the server is set with {where_set}; with neither, serve starts an "
+                "embedded server)"
+            )
         return text
     return f"{type(exc).__name__}: {text}"
 

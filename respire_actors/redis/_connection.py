@@ -182,7 +182,11 @@ class Endpoint:
                 ) from None
             except RedisUnavailable as exc:
                 if self.ssl_context is None:
-                    raise
+                    raise RedisUnavailable(
+                        f"{where} closed the connection or did not answer like a Redis server "
+                        f"during the handshake (no command ran; {_detail(exc)}): check that a "
+                        "Redis or Valkey server listens at that host and port"
+                    ) from exc
                 # a TLS server that refuses the client certificate (none given, expired, or
                 # from another CA) closes the connection right after the TLS handshake
                 raise RedisUnavailable(
@@ -622,6 +626,14 @@ def _raw_socket(stream: anyio.abc.ByteStream) -> socket.socket | None:
         return socket.fromfd(raw.fileno(), raw.family, raw.type)
     except (OSError, AttributeError):
         return None
+
+
+def _detail(exc: BaseException) -> str:
+    """What broke a handshake, in a few words (its cause's text, or that it was closed)."""
+    cause = exc.__cause__
+    if isinstance(cause, anyio.EndOfStream):
+        return "the server closed the connection"
+    return str(cause) if cause is not None and str(cause) else str(exc)
 
 
 def _closed_by_server(stream: anyio.abc.ByteStream) -> bool:

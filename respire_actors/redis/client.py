@@ -631,9 +631,12 @@ class RedisClient:
             raise
         except RedisUnavailable as exc:
             await self.aclose()
+            text = str(exc)
+            if "like a Redis server" in text or self.settings.describe() in text:
+                raise  # already says where and what
             raise RedisUnavailable(
-                f"cannot reach Redis at {self.settings.describe()} ({exc}). Start the server, "
-                f"check the URL, or unset {DEFAULT_URL_ENV} to use the embedded server"
+                f"cannot reach Redis at {self.settings.describe()} ({exc}): start the server "
+                "or check the URL"
             ) from exc
         except BaseException:
             await self.aclose()

@@ -322,15 +322,48 @@ def garbage_port() -> Iterator[int]:
         listener.close()
 
 
-@pytest.mark.parametrize("listener", ["http_port", "garbage_port"])
+@pytest.fixture
+def closing_port() -> Iterator[int]:
+    """A plain TCP listener that reads the request and closes (as PostgreSQL does)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def answer() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn, contextlib.suppress(OSError):
+                conn.settimeout(2)
+                conn.recv(1024)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        yield int(listener.getsockname()[1])
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+
+
+@pytest.mark.parametrize("listener", ["http_port", "garbage_port", "closing_port"])
 def test_a_port_that_is_not_redis(listener: str, request: pytest.FixtureRequest) -> None:
+    """Found by review: the message nested a second one ("cannot reach Redis ... the command
+    may have run ... unset RESPIRE_REDIS_URL"), and a server that closes the connection was
+    not recognised at all."""
     port = request.getfixturevalue(listener)
     url = f"redis://127.0.0.1:{port}"
     for command in (("serve", "examples.email_app:app"), ("ping",)):
         result = run_cli(*command, "--redis-url", url, timeout=90)
-        assert_one_line_startup_error(
+        line = assert_one_line_startup_error(
             result, f"127.0.0.1:{port}", "did not answer like a Redis server", "host and port"
         )
+        assert "may have run" not in line and "cannot reach Redis" not in line
 
 
 def test_ping_without_url_looks_for_the_embedded_server(tmp_path: Path) -> None:
