@@ -219,12 +219,22 @@ class ConsumerHost:
             await self._ended.wait()
 
     def statistics(self, name: str) -> WorkerStatistics:
-        """This process's counters for one registration (queue or stream name)."""
-        return self._runtimes[name].stats
+        """This process's counters for one registration (queue or stream name); raises
+        :class:`ValidationError` for a name that is not registered or before the first run."""
+        return self._runtime_of(name).stats
+
+    def _runtime_of(self, name: str) -> QueueRuntime:
+        try:
+            return self._runtimes[name]
+        except KeyError:
+            known = ", ".join(sorted(map(repr, self._runtimes))) or "none yet (not run)"
+            raise ValidationError(
+                f"{name!r} is not a registration of this worker that has run; known: {known}"
+            ) from None
 
     def consumer_name(self, name: str) -> str:
         """The Redis consumer name one registration uses."""
-        return self._runtimes[name].consumer
+        return self._runtime_of(name).consumer
 
     def snapshot(self) -> SupervisorSnapshot | None:
         """The supervision tree's state, or None before it was built."""

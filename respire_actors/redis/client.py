@@ -557,6 +557,7 @@ class RedisClient:
     def __init__(self, settings: ConnectionSettings) -> None:
         self.settings = settings
         self._tg: anyio.abc.TaskGroup | None = None
+        self._was_closed = False
         self._stats = Statistics()
         self._main: Multiplexed | None = None
         self._pool: DedicatedPool | None = None
@@ -656,6 +657,7 @@ class RedisClient:
         tg, self._tg = self._tg, None
         if tg is None:
             return
+        self._was_closed = True
         main, pool, router = self._main, self._pool, self._router
         self._main = self._pool = self._router = None
         try:
@@ -697,6 +699,11 @@ class RedisClient:
 
     def _require(self) -> None:
         if self._tg is None:
+            if self._was_closed:
+                raise RuntimeError(
+                    "this RedisClient was closed (its async with block ended): use the client "
+                    "inside the block, or enter a new one"
+                )
             raise RuntimeError("enter the RedisClient (async with) before sending commands")
 
     # -- routing --------------------------------------------------------------------------

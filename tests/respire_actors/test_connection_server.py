@@ -106,6 +106,16 @@ async def test_a_user_refused_select_gets_permission_denied_not_db_advice(
         await client.execute("ACL", "DELUSER", user)
 
 
+async def test_a_closed_client_says_it_was_closed(server_url: str) -> None:
+    """Found by review: a client used after its async with block said to enter it first."""
+    async with connect(server_url) as client:
+        assert await client.execute("PING") == b"PONG"
+    with pytest.raises(RuntimeError, match="was closed"):
+        await client.execute("PING")
+    with pytest.raises(RuntimeError, match="enter the RedisClient"):
+        await connect(server_url).execute("PING")
+
+
 async def test_a_nopass_user_connects_with_its_name_alone(
     client: RedisClient, server_url: str, unique_name: str
 ) -> None:

@@ -432,6 +432,27 @@ async def test_a_worker_refuses_a_second_concurrent_run(
         await worker.stop()
 
 
+async def test_statistics_of_an_unknown_registration_is_a_validation_error(
+    client: RedisClient, unique_name: str
+) -> None:
+    from respire_actors.errors import ValidationError
+
+    worker = Worker()
+
+    async def handler(job: Job[str]) -> Outcome:
+        return ACK
+
+    worker.register(unique_name, handler, StrCodec(), fast_options())
+    with pytest.raises(ValidationError, match="not run"):
+        worker.statistics(unique_name)
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        with pytest.raises(ValidationError, match=f"known: '{unique_name}'"):
+            worker.statistics("typo")
+        assert worker.statistics(unique_name).acked == 0
+        await worker.stop()
+
+
 async def test_a_worker_run_again_after_a_fatal_error_does_not_raise_it_again(
     client: RedisClient, unique_name: str
 ) -> None:
