@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from collections.abc import Callable, Mapping, MutableMapping
 from enum import Enum
 from typing import (
@@ -131,12 +132,12 @@ def _scalar_keyed(cl: Any) -> bool:
     key = args[0]
     if key in (int, float, bool):
         return True
-    # an enum of numbers or bools (an enum of text, "200" or "true" included, keeps its text)
+    # an enum with number or bool values (its text values, "200" or "true" included, stay
+    # text: see _scalar_keyed_mapping)
     return (
         isinstance(key, type)
         and issubclass(key, Enum)
-        and len(key) > 0
-        and all(isinstance(m.value, int | float) for m in key)
+        and any(isinstance(m.value, int | float) for m in key)
     )
 
 
@@ -158,10 +159,17 @@ def _scalar_keyed_mapping(cl: Any, converter: BaseConverter) -> Callable[[Any, A
     if structure_to in (Mapping, MutableMapping):
         structure_to = dict  # as cattrs builds them
     inner = mapping_structure_factory(cl, converter, structure_to)
+    key = get_args(cl)[0]
+    # an enum's own text values are keys as they are ("200" of a member whose value is "200")
+    texts = (
+        frozenset(m.value for m in key if isinstance(m.value, str))
+        if isinstance(key, type) and issubclass(key, Enum)
+        else frozenset()
+    )
 
     def structure(value: Any, _: Any) -> Any:
         if isinstance(value, Mapping):
-            value = {_scalar_key(k): v for k, v in value.items()}
+            value = {k if k in texts else _scalar_key(k): v for k, v in value.items()}
         return inner(value, cl)
 
     return structure
@@ -193,6 +201,9 @@ def _is_type(value: object) -> bool:
     if isinstance(value, type) or value is Any:
         return True
     if get_origin(value) is not None:
+        return True
+    alias = getattr(typing, "TypeAliasType", None)  # `type X = ...` (Python 3.12+)
+    if alias is not None and isinstance(value, alias):
         return True
     return isinstance(value, NewType | TypeVar)
 

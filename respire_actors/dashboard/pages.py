@@ -13,7 +13,7 @@ from starlette.responses import Response
 
 from ..admin import QueueAdmin, QueueSummary, list_queues
 from ..codecs import BytesCodec
-from ..errors import PermissionDenied, RespireError, ValidationError
+from ..errors import PermissionDenied, RedisUnavailable, RespireError, ValidationError
 from ..jobs import DeadLetterReason, FlowNodeResult, JobQueue
 from .charts import minute_chart
 from .web import NotFound, config_of, dashboard_of, log, page, queue_param, render
@@ -62,6 +62,8 @@ async def summaries(
             found[name] = await queue_admin(request, name).summary()
         except PermissionDenied as exc:
             denied[name] = ("denied", f"not readable by this dashboard's Redis user ({exc})")
+        except RedisUnavailable:
+            raise  # the server, not this queue: the page fails, a live stream ends and retries
         except RespireError as exc:
             log.warning("dashboard: queue %r could not be read: %r", name, exc)
             denied[name] = ("error", f"could not be read: {type(exc).__name__}: {exc}")
@@ -96,6 +98,8 @@ async def overview(request: Request) -> Response:
     async def chart(name: str) -> None:
         try:
             charts[name] = minute_chart(await _queue(request, name).read_metrics(minutes))
+        except RedisUnavailable:
+            raise
         except RespireError as exc:  # its row says the rest; one queue never fails the page
             log.warning("dashboard: metrics of %r could not be read: %r", name, exc)
 

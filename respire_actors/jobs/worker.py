@@ -270,7 +270,10 @@ class Worker(ConsumerHost):
         stores or compares the rate policy (:class:`ConfigurationError` on a mismatch). A
         failed check fails the tree's start (``supervisors.StartError`` with the error as its
         cause); :meth:`run` raises the error itself. Raises :class:`RuntimeError` while this
-        worker is running (one Worker runs once at a time)."""
+        worker is running (one Worker runs once at a time). A tree composed into your own
+        supervisor belongs to this Worker until it has stopped: do not also ``run`` it, or
+        ``build`` it again, meanwhile (the worker cannot tell when your supervisor ends it);
+        use one Worker per tree."""
         self._refuse_if_running()
         if not self._registrations:
             raise ValidationError("the worker has no registered handlers")

@@ -399,7 +399,8 @@ class StreamWorker(ConsumerHost):
 
     def build(self, client: RedisClient) -> Supervisor:
         """The supervision tree for ``client``, to run or compose into your own. Raises
-        :class:`RuntimeError` while this worker is running."""
+        :class:`RuntimeError` while this worker is running. A composed tree belongs to this
+        worker until it has stopped: use one worker per tree."""
         self._refuse_if_running()
         if not self._registrations:
             raise ValidationError("the stream worker has no registered handlers")

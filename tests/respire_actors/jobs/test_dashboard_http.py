@@ -347,6 +347,40 @@ async def test_a_lost_server_gives_an_error_page(
             assert "Redis error" in response.text and "RedisUnavailable" in response.text
 
 
+async def test_a_live_stream_ends_when_the_server_is_lost(
+    spawn_valkey: Callable[..., ValkeyProcess], unique_name: str
+) -> None:
+    """Found by review of the per-queue error rows: the live counts swallowed the lost
+    server as per-queue errors, so the stream sent empty counts for ever (and a warning per
+    queue per tick) instead of ending for the page to retry."""
+    import httpx
+    from dashboard_helpers import served
+
+    server = spawn_valkey()
+    ended = anyio.Event()
+    async with connect(server.url) as client:
+        await register_queue(client, unique_name)
+        async with served(client, DashboardConfig(live_interval=0.2)) as url:
+            first = anyio.Event()
+
+            async def listen() -> None:
+                async with httpx.AsyncClient(timeout=10) as web:
+                    live = f"{url}/live?queue={unique_name}"
+                    async with web.stream("GET", live) as response:
+                        async for line in response.aiter_lines():
+                            if line.startswith("event: counts"):
+                                first.set()
+                ended.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(listen)
+                with anyio.fail_after(10):
+                    await first.wait()
+                server.stop()
+                with anyio.fail_after(10):
+                    await ended.wait()
+
+
 async def test_a_queue_that_does_not_exist_is_not_created(
     client: RedisClient, unique_name: str
 ) -> None:

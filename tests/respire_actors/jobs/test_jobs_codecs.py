@@ -281,6 +281,20 @@ def test_json_value_codec_converts_keys_and_bytes_as_documented() -> None:
     assert base64.b85decode(codec.decode(codec.encode(b"\x00\xff"))) == b"\x00\xff"
 
 
+class Mixed(Enum):
+    A = 1
+    B = "x"
+    C = "2"
+
+
+def test_json_codec_keys_of_an_enum_mixing_numbers_and_text() -> None:
+    """Found by review: an enum with both number and text values lost its number keys ("1"
+    is no member value) once only all-number enums were read from number text."""
+    codec = JsonCodec(dict[Mixed, int])
+    value = {Mixed.A: 1, Mixed.B: 2, Mixed.C: 3}
+    assert codec.decode(codec.encode(value)) == value
+
+
 @pytest.mark.parametrize("given", [Email("x", 1), "Email", 42])
 def test_json_codec_refuses_a_value_where_a_type_belongs(given: object) -> None:
     """Found by review: JsonCodec(Email("x")), JsonCodec("Email") or JsonCodec(42) was built
