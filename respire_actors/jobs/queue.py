@@ -74,7 +74,9 @@ async def run_enqueues(
     """Run enqueue script calls 1000 per pipelined round trip; ``accept(i, reply)`` turns call
     ``i``'s reply into its result. Every round trip is sent even after a job was refused (the
     others may fit or be deduplicated repeats); a round trip that fails as a whole (the
-    connection was lost) stops the call, its jobs' outcome unknown. Then the first error is
+    connection was lost) stops the call, its jobs' outcome unknown. On a cluster each node's
+    part of a round trip stands alone: jobs on an unreachable node get its error, the rest
+    their results. Then the first error is
     raised with :attr:`~respire_actors.errors.RespireError.partial_results`: each job's result,
     error, or None when it was never sent."""
     outcomes: list[EnqueueResult | BaseException | None] = [None] * len(calls)
@@ -82,7 +84,9 @@ async def run_enqueues(
     for start in range(0, len(calls), 1000):
         chunk = calls[start : start + 1000]
         try:
-            replies = await run_many(client, chunk)
+            # on a cluster, a node that cannot be reached fails only its own jobs: the others'
+            # results are known and reported as such
+            replies = await run_many(client, chunk, per_node_errors=True)
         except RespireError as exc:
             outcomes[start : start + len(chunk)] = [exc] * len(chunk)
             first = first or exc

@@ -870,6 +870,7 @@ class RedisClient:
         *,
         transaction: bool = False,
         give_up_after: float | None = None,
+        per_node_errors: bool = False,
     ) -> list[Any]:
         """Send many commands in one write; return each reply or its mapped exception.
 
@@ -881,6 +882,9 @@ class RedisClient:
         :class:`RedisUnavailable`. ``give_up_after`` (read-only commands only, no transaction)
         stops waiting for a node's replies after that many seconds: its commands report
         :class:`CommandTimeout` (they may still run; their replies are discarded).
+        ``per_node_errors`` (a cluster): a node that cannot be reached fails only its own
+        commands (each result is that :class:`RedisUnavailable`), and the other nodes' replies
+        are returned, instead of raising for the whole pipeline.
         """
         if give_up_after is not None and transaction:
             raise ValidationError("give_up_after does not apply to a transaction")
@@ -900,7 +904,9 @@ class RedisClient:
             # Shielded from the start: a pipeline always runs exactly once, so its caller
             # knows what happened even when cancelled (bounded by the timeouts).
             with anyio.CancelScope(shield=True):
-                results = await self._pipeline(commands, transaction, give_up_after)
+                results = await self._pipeline(
+                    commands, transaction, give_up_after, per_node_errors
+                )
         except Exception as exc:
             mapped = map_error(exc)
             if mapped is exc:
@@ -909,12 +915,16 @@ class RedisClient:
         return results
 
     async def _pipeline(
-        self, commands: Sequence[Sequence[Arg]], transaction: bool, give_up: float | None = None
+        self,
+        commands: Sequence[Sequence[Arg]],
+        transaction: bool,
+        give_up: float | None = None,
+        per_node_errors: bool = False,
     ) -> list[Any]:
         if transaction:
             return await self._multi_exec(commands)
         if self._router is not None:
-            return await self._cluster_pipeline(commands, give_up)
+            return await self._cluster_pipeline(commands, give_up, per_node_errors)
         assert self._main is not None
         replies: list[Any] | None = None
         try:
@@ -929,7 +939,10 @@ class RedisClient:
         return [_mapped(r) for r in replies]
 
     async def _cluster_pipeline(
-        self, commands: Sequence[Sequence[Arg]], give_up: float | None = None
+        self,
+        commands: Sequence[Sequence[Arg]],
+        give_up: float | None = None,
+        per_node_errors: bool = False,
     ) -> list[Any]:
         router = self._router
         assert router is not None
@@ -977,9 +990,10 @@ class RedisClient:
                     tg.start_soon(send, address, indices)
             for i in redirected:
                 (results[i],) = await self._shared(slots[i], encode(commands[i]), 1, True)
-        for result in results:
-            if isinstance(result, RedisUnavailable) and not isinstance(result, CommandTimeout):
-                raise result
+        if not per_node_errors:
+            for result in results:
+                if isinstance(result, RedisUnavailable) and not isinstance(result, CommandTimeout):
+                    raise result
         return [_mapped(r) for r in results]
 
     async def _multi_exec(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:

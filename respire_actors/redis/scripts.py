@@ -80,20 +80,27 @@ class Script:
 
 
 async def run_many(
-    client: RedisClient, calls: Sequence[tuple[Script, Sequence[str], Sequence[Arg]]]
+    client: RedisClient,
+    calls: Sequence[tuple[Script, Sequence[str], Sequence[Arg]]],
+    *,
+    per_node_errors: bool = False,
 ) -> list[Any]:
     """Run many script calls in one pipelined round trip (not atomic as a whole).
 
     Returns each reply, or the mapped exception for that call. Calls answered NOSCRIPT did not
-    run and are re-sent once as full EVALs.
+    run and are re-sent once as full EVALs. ``per_node_errors``: see
+    :meth:`RedisClient.pipeline` (on a cluster, an unreachable node fails only its calls).
     """
-    replies = await client.pipeline([s.evalsha_args(k, a) for s, k, a in calls])
+    replies = await client.pipeline(
+        [s.evalsha_args(k, a) for s, k, a in calls], per_node_errors=per_node_errors
+    )
     missing = [
         i for i, r in enumerate(replies) if isinstance(r, ServerError) and r.code == "NOSCRIPT"
     ]
     if missing:
         again = await client.pipeline(
-            [calls[i][0].eval_args(calls[i][1], calls[i][2]) for i in missing]
+            [calls[i][0].eval_args(calls[i][1], calls[i][2]) for i in missing],
+            per_node_errors=per_node_errors,
         )
         for i, reply in zip(missing, again, strict=True):
             replies[i] = reply

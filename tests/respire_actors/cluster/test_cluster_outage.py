@@ -306,3 +306,41 @@ async def test_long_jobs_of_healthy_partitions_keep_their_leases_while_a_master_
                 os.kill(frozen_node.pid, signal.SIGCONT)
             await worker.stop()
     assert [runs[f"long-{i}"] for i in healthy[:3]] == [1, 1, 1]
+
+
+async def test_enqueue_many_reports_each_job_when_one_master_is_down(
+    three_masters: Cluster, unique_name: str
+) -> None:
+    """Found by review: with one master dead, a partitioned enqueue_many raised
+    RedisUnavailable with that same error as every job's partial result, although the jobs
+    routed to the live masters were enqueued (a repeat found them as duplicates). Each job now
+    gets its own outcome: a result on a live node, the error on the dead one."""
+    from respire_actors.errors import RedisUnavailable
+    from respire_actors.jobs.model import EnqueueResult
+
+    async with connect(three_masters.url, command_timeout=2, connect_timeout=2) as client:
+        queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=12)
+        await queue.check()
+        dead_node = three_masters.owner_of(key_slot(queue.partition(0).keys.ready))
+        keys = {i: next(f"k{n}" for n in range(10_000) if queue.partition_of(f"k{n}") == i)
+                for i in range(12)}  # fmt: skip
+        dead = {
+            i
+            for i in range(12)
+            if three_masters.owner_of(key_slot(queue.partition(i).keys.ready)) is dead_node
+        }
+        assert 0 < len(dead) < 12
+        os.kill(dead_node.pid, signal.SIGKILL)  # reaped by the fixture's stop
+        with pytest.raises(RedisUnavailable) as caught:
+            await queue.enqueue_many([(f"j{i}", "x", keys[i]) for i in range(12)])
+        outcomes = caught.value.partial_results
+        assert outcomes is not None and len(outcomes) == 12
+        for i, outcome in enumerate(outcomes):
+            if i in dead:
+                assert isinstance(outcome, RedisUnavailable), (i, outcome)
+            else:
+                assert isinstance(outcome, EnqueueResult) and outcome.enqueued, (i, outcome)
+        # the live partitions really hold their jobs: a repeat is deduplicated there
+        for i in sorted(set(range(12)) - dead):
+            again = await queue.enqueue(f"j{i}", "x", ordering_key=keys[i])
+            assert not again.enqueued
