@@ -369,12 +369,7 @@ class _Link:
         sock = self._raw_socket
         if sock is None or self.pending or self.reading:
             return False
-        try:
-            return sock.recv(1, _PEEK_FLAGS) == b""
-        except (BlockingIOError, InterruptedError):
-            return False
-        except OSError:
-            return True
+        return _peer_closed(sock)
 
     async def flush(self) -> None:
         """Write everything buffered. The caller has set ``writing``; callers that submit
@@ -644,14 +639,20 @@ def _closed_by_server(stream: anyio.abc.ByteStream) -> bool:
         return False
     own = raw.fileno() != _fileno(stream)
     try:
-        return raw.recv(1, _PEEK_FLAGS) == b""
+        return _peer_closed(raw)
+    finally:
+        if own:
+            raw.close()
+
+
+def _peer_closed(sock: socket.socket) -> bool:
+    """Peek (without blocking or consuming) whether the peer closed an idle socket."""
+    try:
+        return sock.recv(1, _PEEK_FLAGS) == b""
     except (BlockingIOError, InterruptedError):
         return False
     except OSError:
         return True
-    finally:
-        if own:
-            raw.close()
 
 
 def _fileno(stream: anyio.abc.ByteStream) -> int:

@@ -291,40 +291,10 @@ def test_missing_password(password_server: int) -> None:
     assert right.returncode == 0, right.stderr
 
 
-@pytest.fixture
-def garbage_port() -> Iterator[int]:
-    """A plain TCP listener that answers anything with an HTTP error line."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    listener.settimeout(0.2)
-    stop = threading.Event()
-
-    def answer() -> None:
-        while not stop.is_set():
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                conn.settimeout(2)
-                with contextlib.suppress(OSError):
-                    conn.recv(1024)
-                    conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
-
-    thread = threading.Thread(target=answer, daemon=True)
-    thread.start()
-    try:
-        yield int(listener.getsockname()[1])
-    finally:
-        stop.set()
-        thread.join()
-        listener.close()
-
-
-@pytest.fixture
-def closing_port() -> Iterator[int]:
-    """A plain TCP listener that reads the request and closes (as PostgreSQL does)."""
+@contextlib.contextmanager
+def tcp_listener(reply: bytes | None) -> Iterator[int]:
+    """A plain TCP listener that reads each request, then answers ``reply`` (or nothing) and
+    closes; yields its port."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen()
@@ -340,6 +310,8 @@ def closing_port() -> Iterator[int]:
             with conn, contextlib.suppress(OSError):
                 conn.settimeout(2)
                 conn.recv(1024)
+                if reply is not None:
+                    conn.sendall(reply)
 
     thread = threading.Thread(target=answer, daemon=True)
     thread.start()
@@ -349,6 +321,20 @@ def closing_port() -> Iterator[int]:
         stop.set()
         thread.join()
         listener.close()
+
+
+@pytest.fixture
+def garbage_port() -> Iterator[int]:
+    """Answers anything with an HTTP error line."""
+    with tcp_listener(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n") as port:
+        yield port
+
+
+@pytest.fixture
+def closing_port() -> Iterator[int]:
+    """Reads the request and closes (as PostgreSQL does)."""
+    with tcp_listener(None) as port:
+        yield port
 
 
 @pytest.mark.parametrize("listener", ["http_port", "garbage_port", "closing_port"])
