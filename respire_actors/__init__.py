@@ -14,6 +14,7 @@ from .codecs import (
     EncodeError,
     JsonCodec,
     JsonValueCodec,
+    PayloadTooLarge,
     StrCodec,
 )
 from .embedded import EmbeddedConfig, open_embedded_server, run_embedded_server
@@ -178,6 +179,7 @@ __all__ = [
     "EmbeddedConfig",
     "EmbeddedServerError",
     "EncodeError",
+    "PayloadTooLarge",
     "EnqueueResult",
     "GroupInfo",
     "GroupOptions",

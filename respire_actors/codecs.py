@@ -48,6 +48,18 @@ class EncodeError(CodecError):
     """A value could not be serialised by its codec; nothing was sent."""
 
 
+class PayloadTooLarge(EncodeError):
+    """An encoded payload is over the client's ``max_payload_bytes``; nothing was sent.
+
+    ``size`` and ``limit`` are in bytes. Store large data elsewhere (a blob store, a database)
+    and send a reference to it instead."""
+
+    def __init__(self, message: str, *, size: int, limit: int) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
+
+
 class DecodeError(CodecError):
     """Stored bytes could not be turned back into a value by the codec."""
 
@@ -394,10 +406,11 @@ def check_codec(codec: object, *, what: str = "codec") -> None:
         )
 
 
-def encode_with(codec: Codec[Any], value: object) -> bytes:
+def encode_with(codec: Codec[Any], value: object, *, limit: int | None = None) -> bytes:
     """Encode ``value`` at a queue boundary: anything the codec raises becomes an
     :class:`EncodeError`, and a codec that returns something other than bytes (``bytearray``
-    and ``memoryview`` are copied) raises one too, so nothing malformed reaches Redis."""
+    and ``memoryview`` are copied) raises one too, so nothing malformed reaches Redis. With
+    ``limit``, an encoding longer than that many bytes raises :class:`PayloadTooLarge`."""
     try:
         data = codec.encode(value)
     except EncodeError:
@@ -406,6 +419,14 @@ def encode_with(codec: Codec[Any], value: object) -> bytes:
         raise EncodeError(f"the codec could not encode the value: {exc}") from exc
     if not isinstance(data, bytes | bytearray | memoryview):
         raise EncodeError(f"the codec returned {type(data).__name__}, not bytes")
+    if limit is not None and len(data) > limit:
+        raise PayloadTooLarge(
+            f"the encoded payload is {len(data):,} bytes, over this client's max_payload_bytes "
+            f"({limit:,}); nothing was sent. Store large data elsewhere and send a reference "
+            "to it (or raise max_payload_bytes up to the server's proto-max-bulk-len)",
+            size=len(data),
+            limit=limit,
+        )
     return bytes(data)
 
 
@@ -425,6 +446,7 @@ __all__ = [
     "CodecError",
     "DecodeError",
     "EncodeError",
+    "PayloadTooLarge",
     "JsonCodec",
     "JsonValueCodec",
     "StrCodec",

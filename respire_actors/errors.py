@@ -8,6 +8,7 @@
     │   ├── ResultTooLarge                  a flow node's result (Job.complete) is over 4 KiB
     │   └── CodecError                      (codecs) a payload could not be encoded or decoded
     │       ├── EncodeError                 a value could not be serialised; nothing was sent
+    │       │   └── PayloadTooLarge         over the client's max_payload_bytes; nothing was sent
     │       └── DecodeError                 stored bytes are not a valid payload
     ├── ConfigurationError                  a setting that cannot work (bad URL, mismatched policy)
     │   ├── CredentialsRefused (also RedisUnavailable)  the server refused user / password

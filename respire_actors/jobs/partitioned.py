@@ -166,8 +166,7 @@ class PartitionedJobQueue(Generic[T]):
         backoff as :meth:`JobQueue.enqueue` does. Raises :class:`ValidationError` before
         sending anything."""
         queue = self.queue_for(job_id, ordering_key)
-        await self.check()
-        return await queue.enqueue(job_id, payload, dedup_window=dedup_window, wait=wait)
+        return await queue._enqueue(job_id, payload, dedup_window, wait, self.check)
 
     async def enqueue_many(
         self,
@@ -223,8 +222,7 @@ class PartitionedJobQueue(Generic[T]):
         if ordering_key is None and isinstance(options, JobEnqueueOptions):
             ordering_key = options.group
         queue = self.queue_for(job_id, ordering_key)
-        await self.check()
-        return await queue.enqueue_scheduled(job_id, payload, options, wait=wait)
+        return await queue._enqueue_scheduled(job_id, payload, options, wait, self.check)
 
     # -- application groups (docs/groups.md), each in the partition of its name -------------
     def group_queue(self, group: str) -> JobQueue[T]:

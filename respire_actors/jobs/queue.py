@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import ExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -165,7 +165,7 @@ class JobQueue(Generic[T]):
             DEFAULT_DEDUP_WINDOW if dedup_window is None else dedup_window,
             what="deduplication window",
         )
-        body = encode_with(self.codec, payload)
+        body = encode_with(self.codec, payload, limit=self.client.settings.max_payload_bytes)
         fields: list[bytes | str | int] = [
             "_respire.job.id",
             job_id,
@@ -203,9 +203,23 @@ class JobQueue(Generic[T]):
         enqueue with backoff (10 ms doubling to 500 ms) until the backlog drains or ``wait``
         has passed, then raises the last QueueFull; None (default) tries once.
         """
+        return await self._enqueue(job_id, payload, dedup_window, wait, None)
+
+    async def _enqueue(
+        self,
+        job_id: str,
+        payload: T,
+        dedup_window: timedelta | float | None,
+        wait: timedelta | float | None,
+        before_send: Callable[[], Awaitable[None]] | None,
+    ) -> EnqueueResult:
+        """:meth:`enqueue`; ``before_send`` runs after every check, before the first command
+        (a partitioned queue records its partition count there)."""
         wait_s = _backpressure.wait_seconds(wait)
         with tracing.producer_span(_SPAN, self.name) as span:
             prepared = self._prepare(job_id, payload, dedup_window, span)
+            if before_send is not None:
+                await before_send()
             reply = await _backpressure.retry_while_full(
                 lambda: _ENQUEUE(self.client, prepared.keys, prepared.args), wait_s
             )
@@ -357,7 +371,7 @@ class JobQueue(Generic[T]):
         options = JobEnqueueOptions() if options is None else options
         if not isinstance(options, JobEnqueueOptions):
             raise ValidationError("options must be a JobEnqueueOptions")
-        body = encode_with(self.codec, payload)
+        body = encode_with(self.codec, payload, limit=self.client.settings.max_payload_bytes)
         fields: list[bytes | str | int] = ["_respire.job.id", job_id, "_respire.job.payload", body]
         fields += tracing.context_fields(span)
         timing = (options.dedup_window_ms, options.delay_ms, options.priority, options.ttl_ms)
@@ -418,9 +432,22 @@ class JobQueue(Generic[T]):
         Staged jobs count in the backlog: a reached bound raises
         :class:`~respire_actors.errors.QueueFull` (``wait`` as in :meth:`enqueue`).
         """
+        return await self._enqueue_scheduled(job_id, payload, options, wait, None)
+
+    async def _enqueue_scheduled(
+        self,
+        job_id: str,
+        payload: T,
+        options: JobEnqueueOptions | None,
+        wait: timedelta | float | None,
+        before_send: Callable[[], Awaitable[None]] | None,
+    ) -> EnqueueResult:
+        """:meth:`enqueue_scheduled`; ``before_send`` as in :meth:`_enqueue`."""
         wait_s = _backpressure.wait_seconds(wait)
         with tracing.producer_span(_SPAN, self.name) as span:
             prepared = self._prepare_scheduled(job_id, payload, options, span)
+            if before_send is not None:
+                await before_send()
             script = prepared.script
             assert script is not None
             reply = await _backpressure.retry_while_full(

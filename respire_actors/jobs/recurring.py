@@ -361,7 +361,7 @@ class RecurringScheduler(Generic[T]):
             raise InvalidSchedule(f"missed must be SKIP or CATCH_UP, got {missed!r}")
         every = interval_ms(interval) if interval is not None else None
         expression = validate_cron(cron) if cron is not None else None
-        body = encode_with(self.codec, payload)
+        body = encode_with(self.codec, payload, limit=self.client.settings.max_payload_bytes)
         now = utc_now_ms(self._clock)
         definition = _Definition(uuid.uuid4().hex, None, missed, now, every, expression, body)
         first = definition.first_due()

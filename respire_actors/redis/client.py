@@ -115,6 +115,12 @@ class ConnectionSettings:
     is retried, with backoff, before :class:`ClusterReconfiguring` is raised (it never ran)."""
     max_connections: int = 64
     client_name: str | None = None
+    max_payload_bytes: int = 512 * 1024 * 1024
+    """The largest encoded payload (job, message, publication, recurring template) a producer
+    may send, in bytes; a larger one raises :class:`~respire_actors.codecs.PayloadTooLarge`
+    before anything is sent. The default is the server's default ``proto-max-bulk-len``
+    (512 MiB): a server configured lower closes the connection on a larger argument, failing
+    every command in flight on it, so set this to the server's value."""
     spin_wait: float = 0.0001
     """Seconds the reader of a lone request may poll the shared connection's socket, yielding
     to the event loop between polls, before it parks (0 turns polling off; at most 0.01).
@@ -147,6 +153,9 @@ class ConnectionSettings:
             raise ConfigurationError("spin_wait must be between 0 and 0.01 seconds")
         if self.max_connections < 2:
             raise ConfigurationError("max_connections must be at least 2")
+        limit = self.max_payload_bytes
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigurationError("max_payload_bytes must be a positive int (bytes)")
         validate_key_prefix(self.key_prefix)
 
     @classmethod
@@ -231,6 +240,7 @@ class ConnectionSettings:
             ("connect_timeout", float),
             ("cluster_retry_timeout", float),
             ("max_connections", int),
+            ("max_payload_bytes", int),
             ("client_name", str),
             ("spin_wait", float),
             ("ssl_ca_certs", str),

@@ -158,7 +158,7 @@ class ReliableQueue(Consumer[T]):
         anything is sent. If cancelled, or the reply is lost, the message may have been
         appended: retry with the same ``dedup_id`` to be sure of exactly one.
         """
-        data = encode_with(self._codec, payload)
+        data = encode_with(self._codec, payload, limit=self._client.settings.max_payload_bytes)
         dedup_key = self._keys.dedup(check_dedup_id(dedup_id)) if dedup_id is not None else None
         return await append(
             self._client, self._stream, dedup_key, data, self._dedup_window_ms, self._name
@@ -171,7 +171,10 @@ class ReliableQueue(Consumer[T]):
         Each append is atomic, the batch is not: if the call fails midway or its reply is lost,
         some may have been appended. The pipeline is shielded from cancellation once sent.
         """
-        items = [encode_with(self._codec, p) for p in iterate(payloads, what="payloads")]
+        limit = self._client.settings.max_payload_bytes
+        items = [
+            encode_with(self._codec, p, limit=limit) for p in iterate(payloads, what="payloads")
+        ]
         if not items:
             return []
         return await append_many(self._client, self._stream, items, self._name)

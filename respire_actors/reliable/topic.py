@@ -149,7 +149,7 @@ class ReliableTopic(Generic[T]):
         be encoded. If cancelled, or the reply is lost, it may have been published: retry with
         the same ``dedup_id``.
         """
-        data = encode_with(self._codec, payload)
+        data = encode_with(self._codec, payload, limit=self._client.settings.max_payload_bytes)
         dedup_key = self._keys.dedup(check_dedup_id(dedup_id)) if dedup_id is not None else None
         return await append(
             self._client, self._keys.stream, dedup_key, data, self._dedup_window_ms, self._name
@@ -160,7 +160,10 @@ class ReliableTopic(Generic[T]):
         is encoded before anything is sent. Each append is atomic, the batch is not: if the call
         fails midway or its reply is lost, some may have been published. The pipeline is
         shielded from cancellation once sent."""
-        items = [encode_with(self._codec, p) for p in iterate(payloads, what="payloads")]
+        limit = self._client.settings.max_payload_bytes
+        items = [
+            encode_with(self._codec, p, limit=limit) for p in iterate(payloads, what="payloads")
+        ]
         if not items:
             return []
         return await append_many(self._client, self._keys.stream, items, self._name)
