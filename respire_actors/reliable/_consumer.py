@@ -9,6 +9,7 @@ subscriptions still need them).
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 import weakref
@@ -27,6 +28,8 @@ from ._durations import Duration, check_batch, check_limit, to_ms, to_visibility
 from ._types import ConsumerStatistics, DeadLetter, Message
 from .errors import MessageDecodeError, SubscriptionNotFound
 from .iterator import MessageIterator
+
+log = logging.getLogger("respire_actors.reliable")
 
 T = TypeVar("T")
 
@@ -211,8 +214,9 @@ class Consumer(Generic[T]):
             raise
         now = int(reply[0])
         moved = int(reply[1])
+        lost = int(reply[2])
         deadline = now + visibility_ms
-        raw = reply[2:]
+        raw = reply[3:]
         batch: list[tuple[str, bytes, int, str, str, str]] = [
             (
                 _text(raw[i]),
@@ -230,7 +234,17 @@ class Consumer(Generic[T]):
             self._stats,
             received=self._stats.received + len(batch),
             dead_lettered=self._stats.dead_lettered + moved,
+            lost_payloads=self._stats.lost_payloads + lost,
         )
+        if lost:
+            log.warning(
+                "%d leased or handed-back message(s) of %s were gone from the stream (trimmed "
+                "or deleted outside this library) and could not be redelivered; their delivery "
+                "records were dropped. Never XTRIM or XDEL it by hand: a queue deletes what is "
+                "acknowledged and a topic has its own trim (docs/reliable-queue.md)",
+                lost,
+                self._stream,
+            )
         messages: list[Message[T]] = []
         for entry_id, payload, count_, stamp, parent, state in batch:
             try:

@@ -100,3 +100,6 @@ class ConsumerStatistics:
     acked: int = 0
     nacked: int = 0
     rejected_receipts: int = 0
+    lost_payloads: int = 0
+    """Due messages (expired leases, handed-back NACKs) whose stream entry was gone when they
+    came due (trimmed or deleted outside this library): dropped, each logged as a warning."""

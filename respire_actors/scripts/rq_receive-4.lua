@@ -16,13 +16,14 @@
 --    examined): an entry already delivered `limit` times moves atomically to KEYS[4] (fields
 --    payload, source_id, delivery_count) and is acknowledged (and, for a queue, deleted);
 --    otherwise it is redelivered with count + 1, until max messages are leased. An entry whose
---    payload is gone has its metadata dropped.
+--    payload is gone (trimmed or deleted from outside) has its metadata dropped and is counted.
 -- 2. The rest of the batch comes from never-delivered entries (XREADGROUP >), with count 1.
 --    A queue creates its private group at id 0 on first use, and again if someone deleted it:
 --    acknowledged messages are deleted entries, so they cannot come back; an entry that still
 --    has a receipt (leased, or NACKed and not yet due) is skipped, its deadline decides.
 -- Every leased entry gets deadline now + visibility on the server's clock and a fresh stamp.
--- Returns {now ms, number moved to dead letters, then per message: id, payload, count, stamp,
+-- Returns {now ms, number moved to dead letters, number of due entries whose payload was gone,
+-- then per message: id, payload, count, stamp,
 -- traceparent, tracestate} (the last two from _respire.trace.parent / _respire.trace.state,
 -- '' when the entry has none).
 -- Errors, all before any write: RESPIRE_ARGUMENT, RESPIRE_WRONGTYPE, RESPIRE_NOPERM,
@@ -71,15 +72,32 @@ end
 -- validated; writes from here on
 local now, stamp = rq_now()
 local deadline = now + visibility
-local out = {now, 0}
+local out = {now, 0, 0}
 local leased, moved = 0, 0
 
-local due = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now, 'LIMIT', 0, 2 * max)
+-- due entries in deadline order, and in stream order among equal deadlines (a batch leased
+-- together shares one deadline; the sorted set alone would order its ids as text: '5-10'
+-- before '5-9')
+local scored = redis.call('ZRANGEBYSCORE', deadlines, '-inf', now, 'WITHSCORES', 'LIMIT', 0,
+  2 * max)
+local due, keyed = {}, {}
+for i = 1, #scored, 2 do
+  local id = scored[i]
+  due[#due + 1] = id
+  keyed[id] = {tonumber(scored[i + 1]), respire_id_sortable(id)}
+end
+table.sort(due, function(a, b)
+  local ka, kb = keyed[a], keyed[b]
+  if ka[1] ~= kb[1] then return ka[1] < kb[1] end
+  return ka[2] < kb[2]
+end)
+local lost = 0
 for _, id in ipairs(due) do
   if leased >= max then break end
   local count = rq_count(redis.call('HGET', receipts, id))
   local entry = redis.call('XRANGE', stream, id, id)
   if #entry == 0 then
+    lost = lost + 1
     redis.call('ZREM', deadlines, id)
     redis.call('HDEL', receipts, id)
     if group_exists then redis.call('XACK', stream, group, id) end
@@ -108,6 +126,7 @@ for _, id in ipairs(due) do
   end
 end
 out[2] = moved
+out[3] = lost
 
 if leased < max and stream_exists then
   if not group_exists then

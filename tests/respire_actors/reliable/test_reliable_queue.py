@@ -435,3 +435,44 @@ async def test_a_deleted_group_neither_replays_acked_messages_nor_breaks_live_le
     assert await queue.ack(again) is True
     assert await queue.receive(LONG, max=10) == []
     assert await entry_ids(client, queue.stream_key) == []
+
+
+async def test_redeliveries_sharing_a_deadline_come_back_in_stream_order(
+    client: RedisClient, queue: ReliableQueue[str]
+) -> None:
+    """A batch leased together shares one deadline; when it expires the messages are
+    redelivered in the order they were sent (the deadline set alone would order their ids as
+    text, '<ms>-10' before '<ms>-2')."""
+    sent = await queue.send_many([str(i) for i in range(12)])
+    # the precondition that makes text order differ: one millisecond, sequence numbers past 9
+    assert len({i.split("-")[0] for i in sent}) == 1
+    first = await queue.receive(SHORT, max=12)
+    assert [m.id for m in first] == sent
+    await wait_for_server_time(client, first[0].lease_deadline_ms + 1)
+
+    again = await queue.receive(LONG, max=12)
+
+    assert [m.id for m in again] == sent
+    assert {m.delivery_count for m in again} == {2}
+    # handed back together with nack_many: the same
+    await queue.nack_many(again, 0)
+    assert [m.id for m in await queue.receive(LONG, max=12)] == sent
+
+
+async def test_a_due_message_whose_entry_is_gone_is_counted_and_logged(
+    client: RedisClient, queue: ReliableQueue[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    gone = await queue.send("gone")
+    kept = await queue.send("kept")
+    (leased, other) = await queue.receive(LONG, max=2)
+    assert leased.id == gone
+    await client.execute("XDEL", queue.keys.stream, gone)  # outside the library
+    await queue.nack_many([leased, other], 0)
+
+    with caplog.at_level("WARNING", logger="respire_actors.reliable"):
+        batch = await queue.receive(LONG, max=2)
+
+    assert [m.id for m in batch] == [kept]
+    assert queue.statistics().lost_payloads == 1
+    assert any("gone from the stream" in r.getMessage() for r in caplog.records)
+    assert await client.execute("ZCARD", queue.keys.deadlines) == 1
