@@ -109,9 +109,20 @@ class PartitionCountMismatch(ConfigurationError):
 class RedisUnavailable(RespireError):
     """The server could not be reached, or the connection broke mid-command.
 
-    A mutating command that fails this way may or may not have run: retry only operations that
-    are safe to repeat (every respire_actors transition is).
+    ``ran`` tells what is known of the command: ``False`` when it certainly did not run
+    (nothing was sent: the connection could not be opened or its handshake failed, the client
+    was closed, a cluster slot was migrating or down), ``None`` when it may have run (the
+    connection broke or timed out after the command was written). A command that may have run
+    is retried only if it is safe to repeat (every respire_actors transition is; a job enqueue
+    with the same id is deduplicated).
     """
+
+    ran: bool | None = None
+
+    def __init__(self, *args: object, ran: bool | None = None) -> None:
+        super().__init__(*args)
+        if ran is not None:
+            self.ran = ran
 
 
 class CommandTimeout(RedisUnavailable, TimeoutError):
@@ -124,6 +135,8 @@ class CredentialsRefused(ConfigurationError, RedisUnavailable):
     to check) and a :class:`RedisUnavailable`: a running worker whose reconnects are refused
     for a while (a password rotated on the server before the credential provider caught up)
     waits and retries like during any outage, instead of dropping the outcomes in flight."""
+
+    ran = False
 
 
 class ClusterReconfiguring(RedisUnavailable):

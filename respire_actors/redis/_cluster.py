@@ -140,7 +140,8 @@ class ClusterRouter:
                 self.refreshes += 1
                 return
             raise RedisUnavailable(
-                "no cluster node answered CLUSTER SLOTS: " + "; ".join(errors or ["no nodes"])
+                "no cluster node answered CLUSTER SLOTS: " + "; ".join(errors or ["no nodes"]),
+                ran=False,
             )
 
     def _load(self, reply: Any, asked: Address) -> None:

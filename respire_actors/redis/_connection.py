@@ -150,13 +150,13 @@ class Endpoint:
                         stream = await anyio.connect_tcp(host, port)
         except TimeoutError:
             raise RedisUnavailable(
-                f"connecting to {where} timed out after {self.connect_timeout} s"
+                f"connecting to {where} timed out after {self.connect_timeout} s", ran=False
             ) from None
         except _TRANSPORT_ERRORS as exc:
             # a cancellation that lands while connecting may surface as a socket error: if our
             # scope is cancelled, let the cancellation win
             await anyio.lowlevel.checkpoint_if_cancelled()
-            raise RedisUnavailable(f"cannot connect to {where}: {exc}") from exc
+            raise RedisUnavailable(f"cannot connect to {where}: {exc}", ran=False) from exc
         self.statistics.opened += 1
         conn = Dedicated(stream, self.statistics)
         try:
@@ -178,14 +178,16 @@ class Endpoint:
             except TimeoutError:
                 raise CommandTimeout(
                     f"{where} did not answer the connection handshake within "
-                    f"{self.command_timeout} s"
+                    f"{self.command_timeout} s",
+                    ran=False,
                 ) from None
             except RedisUnavailable as exc:
                 if self.ssl_context is None:
                     raise RedisUnavailable(
                         f"{where} closed the connection or did not answer like a Redis server "
                         f"during the handshake (no command ran; {_detail(exc)}): check that a "
-                        "Redis or Valkey server listens at that host and port"
+                        "Redis or Valkey server listens at that host and port",
+                        ran=False,
                     ) from exc
                 # a TLS server that refuses the client certificate (none given, expired, or
                 # from another CA) closes the connection right after the TLS handshake
@@ -193,7 +195,8 @@ class Endpoint:
                     f"{where} closed the connection before answering HELLO (no command ran): "
                     "a TLS server that requires client certificates refuses a missing, expired "
                     "or unknown one this way; check ssl_certfile / ssl_keyfile and that the "
-                    f"server's CA signed them ({exc})"
+                    f"server's CA signed them ({exc})",
+                    ran=False,
                 ) from exc
             for index, reply in enumerate(replies):
                 if isinstance(reply, ReplyError):
@@ -277,7 +280,7 @@ class Dedicated:
         """Send ``payload`` and read ``count`` replies. Any failure or cancellation closes the
         connection (a half-read reply cannot be resumed)."""
         if self.broken:
-            raise RedisUnavailable("this connection was closed; open a new one")
+            raise RedisUnavailable("this connection was closed; open a new one", ran=False)
         try:
             await self.stream.send(payload)
             replies: list[Any] = []

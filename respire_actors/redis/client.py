@@ -614,7 +614,7 @@ class RedisClient:
 
     def _spawn(self, task: Callable[[], Coroutine[Any, Any, None]]) -> None:
         if self._tg is None:
-            raise RedisUnavailable("the Redis client is closed")
+            raise RedisUnavailable("the Redis client is closed", ran=False)
         self._tg.start_soon(task)
 
     async def __aenter__(self) -> RedisClient:
@@ -647,7 +647,8 @@ class RedisClient:
                 raise  # already says where and what
             raise RedisUnavailable(
                 f"cannot reach Redis at {self.settings.describe()} ({exc}): start the server "
-                "or check the URL"
+                "or check the URL",
+                ran=exc.ran,
             ) from exc
         except BaseException:
             await self.aclose()
@@ -1083,7 +1084,7 @@ class RedisClient:
             await self._router.refresh(force=True)
             hello = self._stats.last_hello
         if hello is None:
-            raise RedisUnavailable("no connection handshake has completed yet")
+            raise RedisUnavailable("no connection handshake has completed yet", ran=False)
         flavor, version, mode, role = _describe_hello(hello)
         if version[:2] < MIN_SERVER_VERSION and flavor == "redis":
             raise UnsupportedServer(
@@ -1124,7 +1125,8 @@ async def _run_multi(conn: Dedicated, commands: Sequence[Sequence[Arg]], timeout
     except RedisUnavailable as exc:
         raise RedisUnavailable(
             f"the connection was lost before the transaction began (at MULTI): nothing ran; "
-            f"retry it ({exc})"
+            f"retry it ({exc})",
+            ran=False,
         ) from exc
     if type(multi) is ReplyError:
         await conn.aclose()  # it may still WATCH keys: the pool must not hand it out again

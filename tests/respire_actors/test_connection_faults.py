@@ -54,8 +54,9 @@ async def test_lost_reply_is_not_resent(
     key = f"{unique_name}:counter"
     async with open_fault_proxy(port_of(server_url)) as proxy, connect(proxy.url) as proxied:
         proxy.cut_on_reply(is_integer_reply)
-        with pytest.raises(RedisUnavailable):
+        with pytest.raises(RedisUnavailable) as lost:
             await proxied.execute("INCR", key)
+        assert lost.value.ran is None  # it may have run (and did)
         assert proxy.cuts == 1
         assert await client.execute("GET", key) == b"1"  # it ran once, and only once
         # the client reconnects for the next command
@@ -307,3 +308,24 @@ async def test_callers_waiting_on_a_failing_connect_fail_with_it(
                     break
                 except RedisUnavailable:
                     await anyio.sleep(0.05)
+
+
+async def test_a_command_that_could_not_be_sent_says_it_did_not_run(
+    spawn_valkey: Callable[..., ValkeyProcess],
+) -> None:
+    """``RedisUnavailable.ran`` is False when nothing was sent (connect refused, on entry and
+    for a command after the server went away), so generic retry code can tell it from a lost
+    reply (``ran`` None)."""
+    server = spawn_valkey()
+    async with connect(server.url, connect_timeout=2) as client:
+        assert await client.execute("PING") == b"PONG"
+        server.stop()
+        for _ in range(2):
+            with pytest.raises(RedisUnavailable) as refused:
+                await client.execute("INCR", "counter")
+            assert refused.value.ran is False, refused.value
+            assert "cannot connect" in str(refused.value)
+    with pytest.raises(RedisUnavailable) as on_entry:
+        async with connect(server.url, connect_timeout=2):
+            pass
+    assert on_entry.value.ran is False
