@@ -23,6 +23,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import anyio
+import anyio.lowlevel
 
 from .errors import ValidationError
 
@@ -49,7 +50,7 @@ class FakeClock:
     def __init__(self, start: datetime | None = None) -> None:
         self._now = _aware(start, "start") if start is not None else _DEFAULT_START
         self._moved: anyio.Event | None = None
-        self._sleepers = 0
+        self._deadlines: list[datetime] = []  # of the tasks blocked in sleep_until
         self._sleepers_changed: anyio.Event | None = None
 
     def now(self) -> datetime:
@@ -70,19 +71,25 @@ class FakeClock:
         moved, self._moved = self._moved, None
         if moved is not None:
             moved.set()
+        self._changed()
 
     async def sleep_until(self, when: datetime) -> None:
         """Return once the fake time has reached ``when``; the real time it takes is however
         long the test takes to advance the clock."""
         deadline = _aware(when, "when")
-        self._sleeping(+1)
+        if self._now >= deadline:
+            await anyio.lowlevel.checkpoint()  # a loop of past deadlines must still yield
+            return
+        self._deadlines.append(deadline)
+        self._changed()
         try:
             while self._now < deadline:
                 if self._moved is None:
                     self._moved = anyio.Event()
                 await self._moved.wait()
         finally:
-            self._sleeping(-1)
+            self._deadlines.remove(deadline)
+            self._changed()
 
     async def sleep(self, delta: timedelta | float) -> None:
         """Sleep ``delta`` of fake time (see :meth:`sleep_until`)."""
@@ -91,19 +98,20 @@ class FakeClock:
 
     @property
     def sleepers(self) -> int:
-        """How many tasks are blocked in :meth:`sleep_until` right now."""
-        return self._sleepers
+        """How many tasks sleep on this clock until a time still to come (a task that
+        :meth:`advance` woke no longer counts, although it may not have run yet)."""
+        return sum(1 for deadline in self._deadlines if deadline > self._now)
 
     async def wait_for_sleepers(self, count: int = 1) -> None:
-        """Wait until at least ``count`` tasks sleep on this clock (e.g. the hosted ticker has
-        finished its pass and waits for the next one). Bound it with ``anyio.fail_after``."""
-        while self._sleepers < count:
+        """Wait until at least ``count`` tasks sleep on this clock until a time still to come:
+        right after :meth:`advance`, that is once the hosted ticker has run the pass the
+        advance made due and sleeps again. Bound it with ``anyio.fail_after``."""
+        while self.sleepers < count:
             if self._sleepers_changed is None:
                 self._sleepers_changed = anyio.Event()
             await self._sleepers_changed.wait()
 
-    def _sleeping(self, change: int) -> None:
-        self._sleepers += change
+    def _changed(self) -> None:
         changed, self._sleepers_changed = self._sleepers_changed, None
         if changed is not None:
             changed.set()

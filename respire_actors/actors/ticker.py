@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
 
 import anyio
@@ -71,6 +71,12 @@ class TickerStatistics:
     stale: int = 0
 
 
+def _utc_now(clock: Clock) -> datetime:
+    """The clock's time in UTC: arithmetic on an aware datetime of another zone runs in its
+    local time (``+ poll`` across a DST change would land an hour off)."""
+    return clock.now().astimezone(UTC)
+
+
 def next_wake(started: datetime, result: TickPass | None, poll: timedelta) -> datetime:
     """When to run the next pass (pure): ``poll`` after the start of this one, earlier when a
     visited schedule falls due before that; never earlier after a failure or with a backlog."""
@@ -95,10 +101,10 @@ async def run_ticker(
     task_status.started()
     # ticks committed since window_start: a catch-up backlog drains at up to max_ticks per
     # poll interval, in as many passes as that takes
-    window_start, window_ticks = clock.now(), 0
+    window_start, window_ticks = _utc_now(clock), 0
     follow_up = False
     while not ctx.stop_requested:
-        started = clock.now()
+        started = _utc_now(clock)
         if started >= window_start + poll:
             window_start, window_ticks = started, 0
         result: TickPass | None = None

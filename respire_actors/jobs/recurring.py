@@ -165,7 +165,10 @@ def interval_ms(value: object) -> int:
             raise InvalidSchedule(f"interval must be whole milliseconds, got {value!r}")
         ms = value // timedelta(milliseconds=1)
     else:
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:
+            raise InvalidSchedule(f"interval {value} s is out of range") from None
         if math.isnan(seconds) or math.isinf(seconds):
             raise InvalidSchedule("interval must be finite")
         exact = round(seconds * 1000, 6)

@@ -208,3 +208,60 @@ async def test_a_loop_clock_ticks_at_real_speed_with_an_exact_cadence(
             await wait_until(lambda: len(seen) >= 2)
     ticks = sorted(j.tick for j in seen if j.tick)
     assert (ticks[1] - ticks[0]) % timedelta(milliseconds=200) == timedelta(0)
+
+
+async def test_stepping_a_fake_clock_with_wait_for_sleepers_runs_one_pass_per_step(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """The documented way to step the hosted ticker: after ``advance``, ``wait_for_sleepers``
+    returns once the ticker ran the pass the advance made due and sleeps again (it used to
+    return at once, counting the woken ticker as still asleep)."""
+    clock = FakeClock(T0)
+    options = RecurringOptions(poll_interval=timedelta(days=1), clock=clock)
+    await queue.scheduler(clock=clock).upsert("hourly", "tick", interval=HOUR)
+    seen: list[Job[str]] = []
+    async with hosted(client, queue.name, options, seen) as worker:
+        with anyio.fail_after(10):
+            await clock.wait_for_sleepers(1)
+            steps = []
+            for _ in range(5):
+                clock.advance(HOUR)
+                await clock.wait_for_sleepers(1)
+                stats = worker.ticker_statistics(queue.name)
+                steps.append((stats.passes, stats.enqueued))
+    assert steps == [(2, 1), (3, 2), (4, 3), (5, 4), (6, 5)]
+
+
+class _BerlinClock:
+    """A FakeClock seen through Europe/Berlin: ``now()`` is aware but not UTC."""
+
+    def __init__(self, inner: FakeClock) -> None:
+        self.inner = inner
+
+    def now(self) -> datetime:
+        from zoneinfo import ZoneInfo
+
+        return self.inner.now().astimezone(ZoneInfo("Europe/Berlin"))
+
+    async def sleep_until(self, when: datetime) -> None:
+        await self.inner.sleep_until(when)
+
+
+async def test_a_clock_in_a_zone_with_dst_polls_evenly_across_the_fall_back(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """Any aware clock is allowed: the ticker's arithmetic runs in UTC, so across the night
+    the clocks go back it neither sleeps an hour nor polls back to back."""
+    inner = FakeClock(datetime(2030, 10, 27, 0, 59, 55, tzinfo=UTC))  # 02:59:55 CEST
+    options = RecurringOptions(poll_interval=timedelta(seconds=1), clock=_BerlinClock(inner))
+    seen: list[Job[str]] = []
+    async with hosted(client, queue.name, options, seen) as worker:
+        with anyio.fail_after(20):
+            await inner.wait_for_sleepers(1)
+            passes = []
+            for _ in range(12):
+                before = worker.ticker_statistics(queue.name).passes
+                inner.advance(timedelta(seconds=1))
+                await inner.wait_for_sleepers(1)
+                passes.append(worker.ticker_statistics(queue.name).passes - before)
+    assert passes == [1] * 12
