@@ -33,6 +33,8 @@ count is recorded once, under the tag of the queue's own name (read at start onl
 
     P{respire-job:orders:p0}:ready ...    every key above, per partition
     P{respire-job:orders}:partitions      the partition count (a string), checked at start
+    P{respire-job:orders:p0}:partitions   a copy of it per partition (read when the record's
+                                          node cannot be reached)
 
 The registry of job queue names (a set; workers add their queues at start, ``list_queues`` reads
 it, never KEYS)::

@@ -30,7 +30,7 @@ from .groups import DEFAULT_LEASE, GroupInfo
 from .metrics import MinuteMetrics
 from .model import EnqueueResult, JobStatus, QueueState
 from .options import JobEnqueueOptions, validate_group, validate_job_id
-from .partitioning import check_partition_count, partition_of, validate_partitions
+from .partitioning import partition_of, validate_partitions, verify_partition_count
 from .queue import (
     _ENQUEUE,
     _SPAN,
@@ -134,7 +134,7 @@ class PartitionedJobQueue(Generic[T]):
             return
         async with self._lock:
             if not self._checked:
-                await check_partition_count(self.client, self.name, self.partitions)
+                await verify_partition_count(self.client, self.name, self.partitions)
                 self._checked = True
 
     async def _verify(self) -> None:
@@ -145,7 +145,7 @@ class PartitionedJobQueue(Generic[T]):
             return
         async with self._lock:
             if not self._checked:
-                self._checked = await check_partition_count(
+                self._checked = await verify_partition_count(
                     self.client, self.name, self.partitions, record=False
                 )
 
@@ -268,15 +268,29 @@ class PartitionedJobQueue(Generic[T]):
 
     # -- controls and inspection ------------------------------------------------------------
     async def _each(self, method: str, *args: Any) -> list[Any]:
+        """Call ``method`` on every partition concurrently, each to its end. When some fail
+        (a node that cannot be reached), the first failure in partition order is raised with
+        every partition's outcome, its result or its error, in ``partial_results``."""
         await self._verify()
         out: list[Any] = [None] * self.partitions
+        failed = False
 
         async def one(i: int) -> None:
-            out[i] = await getattr(self.queues[i], method)(*args)
+            nonlocal failed
+            try:
+                out[i] = await getattr(self.queues[i], method)(*args)
+            except Exception as exc:
+                out[i] = exc
+                failed = True
 
         async with anyio.create_task_group() as tg:
             for i in range(self.partitions):
                 tg.start_soon(one, i)
+        if failed:
+            first: Exception = next(r for r in out if isinstance(r, Exception))
+            if isinstance(first, RespireError):
+                first.partial_results = list(out)
+            raise first
         return out
 
     async def pause(self) -> int:

@@ -50,7 +50,7 @@ from ..actors.source import (
 )
 from ..errors import RedisUnavailable, RespireError, ServerLoading
 from ..redis.client import BlockingConnection, RedisClient
-from .partitioning import check_partition_count
+from .partitioning import verify_partition_count
 from .source import JobSource
 
 R = TypeVar("R")
@@ -184,6 +184,7 @@ class PartitionedSource:
         # one of their partitions again, and the current pause
         self._down: dict[str, float] = {}
         self._down_for: dict[str, float] = {}
+        self._down_parts: dict[int, str] = {}  # partitions that failed, and on which node
         self._index = {key: i for i, key in enumerate(self.stream_keys)}
         self._index.update({p.keys.scheduled: i for i, p in enumerate(self.parts)})
 
@@ -191,7 +192,7 @@ class PartitionedSource:
     async def ensure_group(self, on_missing: str) -> None:
         """Check the recorded partition count first (nothing is created on a mismatch), then
         each partition's consumer group as for a plain queue."""
-        await check_partition_count(self.client, self.name, len(self.parts))
+        await verify_partition_count(self.client, self.name, len(self.parts))
         await gather([partial(p.ensure_group, on_missing) for p in self.parts])
 
     async def restore_group(self, on_missing: str) -> None:
@@ -313,13 +314,26 @@ class PartitionedSource:
             )
         self._down_for[node] = pause
         self._down[node] = anyio.current_time() + pause
+        self._down_parts[i] = node
 
     def _mark_up(self, i: int) -> None:
-        if self._down:
-            node = self._node(i)
-            if self._down_for.pop(node, None) is not None:
-                self._down.pop(node, None)
-                log.warning("%s: the node of partition %d (%s) is back", self.name, i, node)
+        if self._down_parts:
+            was = self._down_parts.pop(i, None)
+            if was is None:
+                return
+            now_at = self._node(i)
+            if self._down_for.pop(was, None) is not None:
+                self._down.pop(was, None)
+                if now_at == was:
+                    log.warning("%s: the node of partition %d (%s) is back", self.name, i, was)
+                else:  # a replica took the slot over (failover), or it moved
+                    log.warning(
+                        "%s: partition %d is served again, now by %s (%s could not be reached)",
+                        self.name,
+                        i,
+                        now_at,
+                        was,
+                    )
 
     async def wait(self, blocking: BlockingConnection, wait_ms: int) -> None:
         """Wait for a new entry in any partition (see the module docstring); the partitions

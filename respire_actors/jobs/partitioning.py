@@ -17,7 +17,7 @@ from __future__ import annotations
 import zlib
 
 from ..actors._util import text
-from ..errors import PartitionCountMismatch, ValidationError
+from ..errors import PartitionCountMismatch, RedisUnavailable, ServerLoading, ValidationError
 from ..keys import MAX_PARTITIONS, JobQueueKeys, partition_name, partitions_key, validate_name
 from ..redis.client import RedisClient
 from ..redis.scripts import load, run_many
@@ -25,6 +25,7 @@ from .options import validate_job_id
 
 _PARTITIONS = load("job_partitions")
 _PROBE = load("partition_probe")
+_TRANSIENT = (RedisUnavailable, ServerLoading)
 
 
 def validate_partitions(partitions: object) -> int:
@@ -58,6 +59,77 @@ def partition_names(name: str, partitions: int) -> tuple[str, ...]:
     return (name, *(partition_name(name, i) for i in range(partitions)))
 
 
+async def verify_partition_count(
+    client: RedisClient, name: str, partitions: int, *, record: bool = True
+) -> bool:
+    """:func:`check_partition_count`, surviving the loss of the count key's node.
+
+    The count is kept twice: under the queue's own name (the record) and, once a producer or
+    worker has confirmed it, in a copy in every partition's slot
+    (``{respire-job:<name>:p<i>}:partitions``). When the record's node cannot be reached,
+    the copies of the partitions on the other nodes answer instead: one that matches verifies
+    the count (all copies hold the recorded one), one that differs raises
+    :class:`PartitionCountMismatch`, and with no copy reachable the record's error is raised.
+    So one node's outage stops only the partitions it holds, for a producer or observer
+    started during it too. With ``record`` (producers, workers) a confirmed count is copied
+    to every partition that can be reached."""
+    try:
+        recorded = await check_partition_count(client, name, partitions, record=record)
+    except _TRANSIENT as exc:
+        if await _verify_by_copies(client, name, partitions):
+            return True
+        raise exc from None
+    if recorded and record:
+        await _write_copies(client, name, partitions)
+    return recorded
+
+
+def _copy_key(client: RedisClient, name: str, index: int) -> str:
+    return partitions_key(partition_name(name, index), client.key_prefix)
+
+
+async def _verify_by_copies(client: RedisClient, name: str, partitions: int) -> bool:
+    calls = [(_PARTITIONS, (_copy_key(client, name, i),), ("get",)) for i in range(partitions)]
+    for reply in await run_many(client, calls, per_node_errors=True):
+        if isinstance(reply, BaseException):
+            if isinstance(reply, _TRANSIENT):
+                continue
+            raise reply
+        if text(reply[0]) == "match":
+            _compare(name, partitions, int(reply[1]), _copy_key(client, name, 0))
+            return True
+    return False
+
+
+async def _write_copies(client: RedisClient, name: str, partitions: int) -> None:
+    """Copy the confirmed count into every partition's slot (nodes that cannot be reached are
+    passed over: a later start copies it there)."""
+    calls = [
+        (_PARTITIONS, (_copy_key(client, name, i),), ("init", partitions))
+        for i in range(partitions)
+    ]
+    for reply in await run_many(client, calls, per_node_errors=True):
+        if isinstance(reply, BaseException):
+            if isinstance(reply, _TRANSIENT):
+                continue
+            raise reply
+        if text(reply[0]) == "mismatch":
+            _compare(name, partitions, int(reply[1]), _copy_key(client, name, 0))
+
+
+def _compare(name: str, partitions: int, stored: int, key: str) -> None:
+    if stored != partitions:
+        raise PartitionCountMismatch(
+            f"partitioned queue {name!r} has {stored} partitions recorded in Redis ({key}), "
+            f"but this process was configured with {partitions}: a job would go to a "
+            "partition the other side does not read. Use the recorded count, or migrate the "
+            "queue (docs/partitions.md#changing-the-partition-count)",
+            queue=name,
+            configured=partitions,
+            stored=stored,
+        )
+
+
 async def check_partition_count(
     client: RedisClient, name: str, partitions: int, *, record: bool = True
 ) -> bool:
@@ -76,17 +148,7 @@ async def check_partition_count(
     status = text(reply[0])
     if status == "absent":
         return False
-    stored = int(reply[1])
-    if status == "mismatch" or (status == "match" and stored != partitions):
-        raise PartitionCountMismatch(
-            f"partitioned queue {name!r} has {stored} partitions recorded in Redis ({key}), "
-            f"but this process was configured with {partitions}: a job would go to a "
-            "partition the other side does not read. Use the recorded count, or migrate the "
-            "queue (docs/partitions.md#changing-the-partition-count)",
-            queue=name,
-            configured=partitions,
-            stored=stored,
-        )
+    _compare(name, partitions, int(reply[1]), key)
     return True
 
 
@@ -102,4 +164,10 @@ async def _probe_partitions(client: RedisClient, name: str, partitions: int) -> 
             raise reply
 
 
-__all__ = ["check_partition_count", "partition_names", "partition_of", "validate_partitions"]
+__all__ = [
+    "verify_partition_count",
+    "check_partition_count",
+    "partition_names",
+    "partition_of",
+    "validate_partitions",
+]

@@ -23,6 +23,7 @@ from helpers.servers import Cluster, ValkeyProcess, key_slot, start_cluster
 from helpers.waiting import wait_until, wait_until_async
 
 from respire_actors import RestartLimits
+from respire_actors.chaos.cluster import replication_lag
 from respire_actors.codecs import StrCodec
 from respire_actors.jobs import (
     ACK,
@@ -346,3 +347,130 @@ async def test_enqueue_many_reports_each_job_when_one_master_is_down(
         for i in sorted(set(range(12)) - dead):
             again = await queue.enqueue(f"j{i}", "x", ordering_key=keys[i])
             assert not again.enqueued
+
+
+async def test_the_partition_count_key_is_no_single_point_of_failure(
+    three_masters: Cluster, unique_name: str
+) -> None:
+    """Found by review: a producer or observer started while the master holding the queue's
+    partition-count record was down could not enqueue or inspect anything, not even on the
+    partitions of live masters (the count check read only that record). The count is now
+    copied into each partition's slot and a copy answers instead. The controls and
+    inspections over every partition raise the dead node's RedisUnavailable with each
+    partition's outcome in partial_results (they raised a bare ExceptionGroup)."""
+    from respire_actors.errors import RedisUnavailable
+    from respire_actors.keys import partitions_key
+
+    async with connect(three_masters.url, command_timeout=2, connect_timeout=2) as client:
+        for n in range(100):  # a name whose record's master also holds some partitions
+            name = f"{unique_name}-{n}"
+            queue = PartitionedJobQueue(client, name, StrCodec(), partitions=12)
+            record_node = three_masters.owner_of(key_slot(partitions_key(name)))
+            dead = {
+                i
+                for i in range(12)
+                if three_masters.owner_of(key_slot(queue.partition(i).keys.ready)) is record_node
+            }
+            if dead:
+                break
+        await queue.check()  # the first producer: records the count and copies it
+        keys = {i: next(f"k{n}" for n in range(10_000) if queue.partition_of(f"k{n}") == i)
+                for i in range(12)}  # fmt: skip
+        live = sorted(set(range(12)) - dead)
+        assert live
+        await queue.enqueue("before", "x", ordering_key=keys[live[0]])
+        os.kill(record_node.pid, signal.SIGKILL)  # reaped by the fixture's stop
+
+        fresh = PartitionedJobQueue(client, name, StrCodec(), partitions=12)
+        for i in live:
+            result = await fresh.enqueue(f"j{i}", "x", ordering_key=keys[i])
+            assert result.enqueued, i
+        for i in sorted(dead):
+            with pytest.raises(RedisUnavailable):
+                await fresh.enqueue(f"j{i}", "x", ordering_key=keys[i])
+        observer = PartitionedJobQueue(client, name, StrCodec(), partitions=12)
+        status = await observer.status("before", ordering_key=keys[live[0]])
+        assert status.state == "unknown", status  # answered, not refused
+        # a wrong count is still refused, by a copy
+        wrong = PartitionedJobQueue(client, name, StrCodec(), partitions=13)
+        from respire_actors.errors import PartitionCountMismatch
+
+        with pytest.raises(PartitionCountMismatch):
+            await wrong.enqueue("w", "x")
+
+        with pytest.raises(RedisUnavailable) as caught:
+            await observer.backlog()
+        outcomes = caught.value.partial_results
+        assert outcomes is not None and len(outcomes) == 12
+        for i, outcome in enumerate(outcomes):
+            if i in dead:
+                assert isinstance(outcome, RedisUnavailable), (i, outcome)
+            else:
+                assert not isinstance(outcome, BaseException), (i, outcome)
+        with pytest.raises(RedisUnavailable) as paused:
+            await observer.pause()
+        changed = paused.value.partial_results
+        assert changed is not None
+        assert [changed[i] for i in live] == [True] * len(live)
+
+
+async def test_a_partition_whose_master_failed_over_is_reported_served_again(
+    three_masters: Cluster, unique_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by review: after a failover the partition's node address changes, so the worker
+    logged that the node could not be reached and never that it was served again. Its jobs
+    run on the promoted replica, and the recovery is logged."""
+    runs: Counter[str] = Counter()
+
+    async def handler(job: Job[str]) -> Outcome:
+        runs[job.id] += 1
+        return ACK
+
+    async with connect(three_masters.url, command_timeout=1, connect_timeout=1) as client:
+        queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=12)
+        master = three_masters.owner_of(key_slot(queue.partition(0).keys.ready))
+        replica = three_masters.add_replica(master)
+        moved = [
+            i
+            for i in range(12)
+            if three_masters.owner_of(key_slot(queue.partition(i).keys.ready)) is master
+        ]
+        keys = {i: next(f"k{n}" for n in range(10_000) if queue.partition_of(f"k{n}") == i)
+                for i in range(12)}  # fmt: skip
+        worker = Worker(restart_limits=LIMITS)
+        worker.register(
+            unique_name, handler, StrCodec(), fast_options(delivery_limit=10), partitions=12
+        )
+        with caplog.at_level("WARNING", logger="respire_actors.worker"):
+            async with anyio.create_task_group() as tg:
+                await tg.start(worker.run, client)
+                await queue.enqueue_many([(f"before-{i}", "x", keys[i]) for i in range(12)])
+                await wait_until(lambda: len(runs) == 12, timeout=15)
+                await wait_until(lambda: replication_lag(master, replica) == 0, timeout=10)
+                master.process.kill()
+                master.process.wait()
+                await anyio.sleep(1.5)  # the worker notices
+                replica.execute("CLUSTER", "FAILOVER", "TAKEOVER")
+                for i in moved:
+                    await wait_until_async(
+                        lambda i=i: _enqueued(queue, f"after-{i}", keys[i]), timeout=15
+                    )
+                await wait_until(lambda: all(runs[f"after-{i}"] for i in moved), timeout=20)
+                await wait_until(
+                    lambda: any(
+                        "is served again, now by" in r.getMessage() for r in caplog.records
+                    ),
+                    timeout=10,
+                )
+                await worker.stop()
+    assert {k: v for k, v in runs.items() if v != 1} == {}
+
+
+async def _enqueued(queue: PartitionedJobQueue[str], job_id: str, key: str) -> bool:
+    from respire_actors.errors import RedisUnavailable
+
+    try:
+        await queue.enqueue(job_id, "x", ordering_key=key)
+    except RedisUnavailable:
+        return False
+    return True
