@@ -38,7 +38,7 @@ from ..actors.source import (
 )
 from ..actors.tree import ConsumerHost, consumer_supervisor
 from ..codecs import BytesCodec
-from ..errors import ConfigurationError, ValidationError
+from ..errors import ConfigurationError, ValidationError, WrongKeyType
 from ..keys import same_slot, validate_name
 from ..redis.client import Arg, RedisClient
 from ..redis.scripts import load
@@ -232,7 +232,16 @@ class StreamSource:
 
     async def ensure_group(self, on_missing: str) -> None:
         """At start the group is created at ``start_id`` if missing (the stream is yours, and
-        so is the choice of where a new group starts)."""
+        so is the choice of where a new group starts). The dead-letter key must be a stream
+        (or absent): recovery moves entries there, and a key of another type would stop every
+        recovery pass while new entries kept being read, so it is refused here."""
+        kind = text(await self.client.execute("TYPE", self.dead))
+        if kind not in ("none", "stream"):
+            raise WrongKeyType(
+                f"WRONGTYPE the dead-letter key {self.dead} of stream {self.stream_key} holds a "
+                f"{kind}, not a stream: delete or rename it, or give the worker another "
+                "dead_letter_stream"
+            )
         await create_group(self.client, self.stream_key, self.group, self.start_id)
 
     async def restore_group(self, on_missing: str) -> None:

@@ -217,3 +217,22 @@ async def test_a_clean_shutdown_removes_the_stream_workers_consumer(
         assert me in names
     assert await client.execute("XINFO", "CONSUMERS", stream, "respire") == []
     assert stats(worker, stream).consumers_removed == 1
+
+
+async def test_a_dead_letter_key_of_another_type_is_refused_at_start(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Found by review: the worker started and read new entries while every recovery pass
+    failed on the dead-letter key's type (the sweeper restarted for ever, so failed entries
+    were never retried or dead-lettered). Start now refuses it, naming the key."""
+    from respire_actors.errors import WrongKeyType
+
+    stream = unique_name
+    await add(client, stream, n="1")
+    await client.execute("SET", f"{stream}:dead", "not a stream")
+    _, handler = recorder()
+    worker = StreamWorker()
+    worker.register(stream, handler, fast_options())
+    with anyio.fail_after(10), pytest.raises(WrongKeyType, match=f"{stream}:dead"):
+        await worker.run(client)
+    assert await groups(client, stream) == {}  # nothing was created
