@@ -128,6 +128,12 @@ async def process(
         await _run_and_settle(
             rt, delivery, arg, label, deadline, budget, budget_end, lease_box, record
         )
+    except BaseException as exc:
+        if is_cancellation(exc) and not arg.lease_lost:
+            # cancelled from outside (the worker's stop after its grace): no outcome is sent,
+            # the entry stays pending for recovery, but its group permit is handed back now
+            release_abandoned(rt, delivery)
+        raise
     finally:
         finish_handler(rt, delivery, arg, record)
         # a lease not handed to a completion ends with the handler; one handed over is renewed
@@ -402,6 +408,27 @@ async def _nack(
         await rt.completions.send(Completion(delivery, "release", reason))
 
 
+def release_abandoned(rt: QueueRuntime, delivery: Delivery) -> None:
+    """A grouped delivery that will not reach an outcome here (its handler cancelled by the
+    worker's stop, or admitted and never started before it): hand its group concurrency lease
+    back (fenced by consumer and attempt) instead of leaving the group's other jobs to wait for
+    the lease to expire. The entry itself stays pending for recovery. Never blocks: the
+    completer drains it before it stops; with its mailbox full or closed the lease expires on
+    its own."""
+    if delivery.group is None:
+        return
+    try:
+        rt.completions.send_nowait(Completion(delivery, "release", "shutdown"))
+    except Exception as exc:
+        log.info(
+            "the group lease of %r of %s could not be handed back at stop (%s); it expires on "
+            "its own",
+            delivery.job_id or delivery.entry_id,
+            rt.name,
+            type(exc).__name__,
+        )
+
+
 async def _hand(rt: QueueRuntime, lease: Lease | None, completion: Completion) -> None:
     """Send ``completion`` to the completer; the handler's lease, if still held, goes with it
     and is renewed until the completer has committed (or refused) it."""
@@ -439,7 +466,17 @@ async def run_runner_pool(
     """``consumer_count`` runners. On a stop request each finishes its current handler (the
     child's shutdown deadline bounds them all together); admitted deliveries not yet started stay
     pending in Redis for recovery."""
-    async with anyio.create_task_group() as tg:
-        for _ in range(rt.options.consumer_count):
-            tg.start_soon(_runner_loop, rt)
-        task_status.started()
+    try:
+        async with anyio.create_task_group() as tg:
+            for _ in range(rt.options.consumer_count):
+                tg.start_soon(_runner_loop, rt)
+            task_status.started()
+    finally:
+        if current_child().stop_requested:
+            # admitted deliveries that no runner started: their group permits go back now
+            while True:
+                try:
+                    delivery = rt.deliveries.receive_nowait()
+                except Exception:
+                    break
+                release_abandoned(rt, delivery)

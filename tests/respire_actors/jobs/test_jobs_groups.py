@@ -247,3 +247,39 @@ async def test_grouped_jobs_starting_often_do_not_hold_back_the_renewal_pass(
         await worker.stop()
     assert cancelled == [] and done.count("long") == 1
     assert stats.leases_expired == 0 and stats.leases_lost == 0
+
+
+async def test_a_graceful_stop_hands_back_the_permits_of_what_it_did_not_finish(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """Found by review: handlers cancelled by the worker's stop (past its shutdown grace) kept
+    their group permits until the group lease expired (60 s by default), so the group stalled
+    with nothing running. The stop now hands them back (fenced); the entries stay pending for
+    recovery."""
+    await queue.set_group_options("g", max_concurrency=3)
+    await queue.enqueue_scheduled_many(
+        [(f"j{i}", "x") for i in range(3)], JobEnqueueOptions(group="g")
+    )
+    started: list[str] = []
+
+    async def handler(job: Any) -> None:
+        started.append(job.id)
+        await anyio.sleep_forever()
+
+    worker = await run(
+        client, queue, handler, consumer_count=3, shutdown_grace=timedelta(milliseconds=200)
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+
+        async def all_running() -> bool:
+            return len(started) == 3 and (await queue.get_group("g")).running == 3
+
+        await wait_until_async(all_running, timeout=10)
+        await worker.stop()
+    info = await queue.get_group("g")
+    assert info.running == 0, info
+    assert worker.statistics(queue.name).group_releases == 3
+    # the entries themselves stay pending for recovery
+    pending = await client.execute("XPENDING", queue.keys.ready, "respire")
+    assert int(pending[0]) == 3
