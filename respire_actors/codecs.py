@@ -29,8 +29,9 @@ from typing import (
 )
 
 import attrs
-from cattrs import BaseConverter
+from cattrs import BaseConverter, transform_error
 from cattrs.cols import is_mapping, mapping_structure_factory
+from cattrs.errors import BaseValidationError
 from cattrs.preconf.json import JsonConverter, make_converter
 
 from .errors import ValidationError
@@ -38,6 +39,27 @@ from .errors import ValidationError
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
 T_contra = TypeVar("T_contra", contravariant=True)
+
+
+def safe_str(exc: BaseException) -> str:
+    """``str(exc)``, or a placeholder when the exception's own ``__str__`` fails (a message
+    built from it must never raise in its place)."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"<{type(exc).__name__} whose str() failed>"
+
+
+def describe_error(exc: BaseException) -> str:
+    """What went wrong, for a codec error's message: each field cattrs refused, with its path
+    (``invalid value for type, expected int @ $.qty; required field missing @ $.tenant``),
+    else the exception's text."""
+    if isinstance(exc, BaseValidationError):
+        try:
+            return "; ".join(transform_error(exc))
+        except Exception:
+            pass
+    return safe_str(exc)
 
 
 class CodecError(ValidationError):
@@ -257,12 +279,15 @@ class JsonCodec(Generic[T]):
         try:
             data = self._converter.dumps(value, unstructure_as=self._type).encode("utf-8")
         except Exception as exc:
-            raise EncodeError(f"cannot encode {type(value).__name__} as JSON: {exc}") from exc
+            raise EncodeError(
+                f"cannot encode {type(value).__name__} as JSON: {describe_error(exc)}"
+            ) from exc
         try:
             self._converter.loads(data, self._type)
         except Exception as exc:
             raise EncodeError(
-                f"{type(value).__name__} would not decode as a {self._type_name()}: {exc}"
+                f"{type(value).__name__} would not decode as a {self._type_name()}: "
+                f"{describe_error(exc)}"
             ) from exc
         return data
 
@@ -270,7 +295,9 @@ class JsonCodec(Generic[T]):
         try:
             result: T = self._converter.loads(bytes(data), self._type)
         except Exception as exc:  # JSON syntax, or cattrs' ClassValidationError (a group)
-            raise DecodeError(f"payload is not a valid {self._type_name()}: {exc}") from exc
+            raise DecodeError(
+                f"payload is not a valid {self._type_name()}: {describe_error(exc)}"
+            ) from exc
         return result
 
     def _type_name(self) -> str:
@@ -381,13 +408,15 @@ class JsonValueCodec:
             _check_object_keys(plain)
             return json.dumps(plain, ensure_ascii=False, allow_nan=False).encode("utf-8")
         except Exception as exc:
-            raise EncodeError(f"cannot encode {type(value).__name__} as JSON: {exc}") from exc
+            raise EncodeError(
+                f"cannot encode {type(value).__name__} as JSON: {describe_error(exc)}"
+            ) from exc
 
     def decode(self, data: bytes) -> Any:
         try:
             return json.loads(bytes(data))
         except Exception as exc:
-            raise DecodeError(f"not a JSON value: {exc}") from exc
+            raise DecodeError(f"not a JSON value: {safe_str(exc)}") from exc
 
     def __repr__(self) -> str:
         return "JsonValueCodec()"
@@ -416,7 +445,7 @@ def encode_with(codec: Codec[Any], value: object, *, limit: int | None = None) -
     except EncodeError:
         raise
     except Exception as exc:
-        raise EncodeError(f"the codec could not encode the value: {exc}") from exc
+        raise EncodeError(f"the codec could not encode the value: {describe_error(exc)}") from exc
     if not isinstance(data, bytes | bytearray | memoryview):
         raise EncodeError(f"the codec returned {type(data).__name__}, not bytes")
     if limit is not None and len(data) > limit:
@@ -437,7 +466,7 @@ def decode_with(codec: Codec[T], data: bytes) -> T:
     except DecodeError:
         raise
     except Exception as exc:
-        raise DecodeError(f"the codec could not decode the payload: {exc}") from exc
+        raise DecodeError(f"the codec could not decode the payload: {describe_error(exc)}") from exc
 
 
 __all__ = [

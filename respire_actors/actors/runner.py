@@ -27,7 +27,7 @@ import anyio.abc
 
 from supervisors import current_child
 
-from ..codecs import DecodeError, EncodeError, encode_with
+from ..codecs import EncodeError, encode_with, safe_str
 from ..errors import ValidationError
 from .messages import (
     MAX_DETAIL_BYTES,
@@ -58,6 +58,26 @@ def _raised_by_handler() -> bool:
         return True  # trio
     task = asyncio.current_task()
     return task is not None and task.cancelling() == 0
+
+
+def _cancel_requested() -> bool:
+    """Whether a cancel scope around this task has been cancelled (the job's lease or budget,
+    the runners' stop). A cancellation exception seen without one is the handler's own doing
+    (``asyncio.current_task().cancel()``, a hand-made ``trio.Cancelled``): a failure of that
+    job, not a reason to end the runners and every handler beside it."""
+    return anyio.current_effective_deadline() == -math.inf
+
+
+def _own_cancellation(exc: BaseException) -> bool:
+    """``exc`` is a cancellation no scope asked for (see :func:`_cancel_requested`); on asyncio
+    the task's pending cancel request is withdrawn so it does not linger."""
+    if not is_cancellation(exc) or _cancel_requested():
+        return False
+    if isinstance(exc, asyncio.CancelledError):
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            task.uncancel()
+    return True
 
 
 async def process(
@@ -96,7 +116,7 @@ async def process(
             return
     try:
         arg = rt.bind(rt, delivery)
-    except DecodeError as exc:
+    except Exception as exc:  # DecodeError, or a codec that failed some other way
         rt.stats.decode_failures += 1
         if rt.options.dead_letter_undecodable:
             log.warning(
@@ -116,7 +136,7 @@ async def process(
                 exc,
                 delivery.attempt,
             )
-            await _nack(rt, delivery, DeadLetterReason.PROCESSING_FAILED.value)
+            await _nack(rt, delivery, DeadLetterReason.PROCESSING_FAILED.value, detail=_short(exc))
         return
     rt.stats.started += 1
     budget_end = math.inf
@@ -159,6 +179,7 @@ async def _run_and_settle(
     put in ``lease_box`` (the caller discards it unless a completion took it over)."""
     outcome: object = None
     failed = False
+    failure: BaseException | None = None  # what the handler raised, for the dead letter
     with anyio.CancelScope(deadline=min(deadline, budget_end)) as scope:
         arg.cancel_scope = scope
         lease: Lease | None = None
@@ -177,16 +198,16 @@ async def _run_and_settle(
             lease_box.append(lease)
         try:
             outcome = await run_handler(rt, delivery, arg, record)
-        except Exception:
-            failed = True
+        except Exception as exc:
+            failed, failure = True, exc
             rt.stats.failed += 1
             log.exception(
                 "handler for %s failed on %r (attempt %d)", rt.name, label, delivery.attempt
             )
-        except asyncio.CancelledError:
-            if not _raised_by_handler():
+        except asyncio.CancelledError as exc:
+            if not _raised_by_handler() and not _own_cancellation(exc):
                 raise  # this task is being cancelled (lease, budget, shutdown)
-            failed = True
+            failed, failure = True, exc
             rt.stats.failed += 1
             log.exception(
                 "handler for %s raised a CancelledError of its own on %r (attempt %d): a "
@@ -196,12 +217,12 @@ async def _run_and_settle(
                 delivery.attempt,
             )
         except BaseException as exc:
-            if is_cancellation(exc):
+            if is_cancellation(exc) and not _own_cancellation(exc):
                 raise
             # Not an Exception (SystemExit, KeyboardInterrupt, GeneratorExit, a BaseException
             # subclass or group): still this job's failure. Let through, it would end the
             # runners' task group, cancel every handler beside it and charge each a delivery.
-            failed = True
+            failed, failure = True, exc
             rt.stats.failed += 1
             log.error(
                 "handler for %s raised %s, which is not an Exception, on %r (attempt %d): a "
@@ -284,7 +305,12 @@ async def _run_and_settle(
                 exc,
             )
     if failed:
-        await _nack(rt, delivery, DeadLetterReason.PROCESSING_FAILED.value, lease=lease)
+        if failure is None:
+            failure = record.error
+        detail = _short(failure) if failure is not None else ""
+        await _nack(
+            rt, delivery, DeadLetterReason.PROCESSING_FAILED.value, detail=detail, lease=lease
+        )
     elif isinstance(outcome, DeadLetter):
         await _hand(rt, lease, _dead(rt, delivery, outcome.reason, outcome.detail))
     elif isinstance(outcome, Nack):
@@ -308,7 +334,7 @@ def _outcome_class(value: object) -> bool:
 def _short(exc: BaseException) -> str:
     """An exception as a dead-letter detail, cut to the bound at a character boundary (this is
     our own text, not the handler's, so shortening it is fine)."""
-    text = f"{type(exc).__name__}: {exc}"
+    text = f"{type(exc).__name__}: {safe_str(exc)}"
     data = text.encode("utf-8", "replace")[:MAX_DETAIL_BYTES]
     return data.decode("utf-8", "ignore")
 

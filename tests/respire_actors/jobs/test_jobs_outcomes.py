@@ -441,6 +441,47 @@ async def test_a_handlers_own_cancelled_error_is_its_failure_and_spares_the_othe
     assert await pending_rows(client, queue.keys) == []
 
 
+async def test_a_handler_cancelling_its_own_task_fails_only_itself(
+    client: RedisClient, queue: JobQueue[str], anyio_backend: str
+) -> None:
+    """Found by review: a handler that cancels its own task (``current_task().cancel()`` on
+    asyncio; a hand-made ``trio.Cancelled`` under trio) ended the runners' task group, so the
+    jobs running beside it were cancelled and charged an attempt. No cancel scope asked for
+    that cancellation: it is that job's failure, and the others finish their first attempt."""
+    import asyncio
+
+    await queue.enqueue_many([(f"ok-{i}", "slow") for i in range(3)] + [("bad", "cancel")])
+    started: set[str] = set()
+
+    async def handler(job: Job[str]) -> Any:
+        started.add(job.id)
+        if job.payload == "cancel":
+            await wait_until(lambda: len(started) == 4)  # the others are running
+            if anyio_backend == "asyncio":
+                task = asyncio.current_task()
+                assert task is not None
+                task.cancel()
+                await asyncio.sleep(1)
+            import trio
+
+            raise trio.Cancelled._create()  # type: ignore[attr-defined]
+        await wait_until(lambda: len(started) == 4)
+        await anyio.sleep(0.3)  # still running when the bad handler fails
+        return ACK
+
+    options = fast_options(delivery_limit=1, visibility_timeout=60)
+    async with running_worker(client, queue.name, handler, options=options) as worker:
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.acked == 3 and stats.dead_lettered == 1)
+        assert stats.failed == 1 and stats.leases_lost == 0
+    ((_, fields),) = await queue.read_dead_letters()
+    assert fields["_respire.job.id"] == b"bad"
+    assert fields["_respire.reason"] == b"processing-failed"
+    completed = [e for e in await all_events(client, queue.keys) if e.kind == "completed"]
+    assert sorted(e.job_id for e in completed) == ["ok-0", "ok-1", "ok-2"]
+    assert {e.attempt for e in completed} == {1}
+
+
 async def test_a_coroutine_returned_without_await_is_a_failure(
     client: RedisClient, queue: JobQueue[str]
 ) -> None:

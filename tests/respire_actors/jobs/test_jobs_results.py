@@ -311,3 +311,73 @@ async def test_a_job_dead_lettered_by_recovery_is_reported_from_its_event(
             await wait_until(lambda: got != [], timeout=20)
     assert got[0].reason == "delivery-limit"
     assert (await queue.status("stuck")).state == "unknown"
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str boom")
+
+
+async def test_a_handler_failure_carries_its_exception_into_the_dead_letter(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """Found by review: a handler that raised was dead-lettered with an empty detail, so the
+    cause was only in the worker's log. The detail is now the exception's type and text (an
+    exception whose str() fails too, without ending the runners), and so is a payload the
+    worker could not decode."""
+    await queue.enqueue_many([("raises", "x"), ("unprintable", "y"), ("awaitable", "z")])
+
+    async def handler(job: Job[str]) -> Any:
+        if job.id == "raises":
+            raise ValueError("bad value 42")
+        if job.id == "unprintable":
+            raise _Unprintable()
+        return anyio.sleep(0.01)  # not awaited: a failure
+
+    async with running_worker(client, queue.name, handler, options=KEEP) as worker:
+        await wait_until(lambda: worker.statistics(queue.name).dead_lettered == 3)
+    expected = {
+        "raises": "ValueError: bad value 42",
+        "unprintable": "_Unprintable: <_Unprintable whose str() failed>",
+        "awaitable": "TypeError: the handler returned an awaitable without awaiting it",
+    }
+    for job_id, detail in expected.items():
+        with pytest.raises(JobDeadLettered) as caught:
+            await queue.result(job_id, timeout=5)
+        assert (caught.value.reason, caught.value.detail) == ("processing-failed", detail)
+    rows = await client.execute("XRANGE", queue.keys.dead, "-", "+")
+    details = {
+        dict(zip(r[1][::2], r[1][1::2], strict=True))[b"_respire.job.id"].decode(): dict(
+            zip(r[1][::2], r[1][1::2], strict=True)
+        ).get(b"_respire.detail")
+        for r in rows
+    }
+    assert details == {k: v.encode() for k, v in expected.items()}
+
+
+@dataclass
+class V2:
+    n: int
+    tenant: str
+
+
+async def test_a_payload_the_worker_cannot_decode_names_the_field(
+    client: RedisClient, unique_name: str
+) -> None:
+    """A payload written for an older schema: the dead letter says which field is missing
+    (cattrs' own message only said 'While structuring V2 (1 sub-exception)')."""
+    old = JobQueue(client, unique_name, JsonCodec(dict[str, int]))
+    await old.enqueue("v1", {"n": 1})
+
+    async def handler(job: Job[V2]) -> None:
+        raise AssertionError("never called")
+
+    queue = JobQueue(client, unique_name, JsonCodec(V2))
+    options = fast_options(keep_results=timedelta(minutes=5), delivery_limit=1)
+    async with running_worker(
+        client, queue.name, handler, options=options, codec=JsonCodec(V2)
+    ) as worker:
+        await wait_until(lambda: worker.statistics(queue.name).dead_lettered == 1)
+    with pytest.raises(JobDeadLettered) as caught:
+        await queue.result("v1", timeout=5)
+    assert "required field missing @ $.tenant" in caught.value.detail
