@@ -15,6 +15,8 @@ import dataclasses
 import json
 import typing
 from collections.abc import Callable, Mapping, MutableMapping
+from datetime import time, timedelta
+from decimal import Decimal, InvalidOperation
 from enum import Enum
 from typing import (
     Any,
@@ -27,6 +29,7 @@ from typing import (
     get_origin,
     runtime_checkable,
 )
+from uuid import UUID
 
 import attrs
 from cattrs import BaseConverter, transform_error
@@ -216,14 +219,51 @@ def strict_converter() -> JsonConverter:
     are the exception JSON forces: an object key is always text, so the keys of ``dict[int,
     X]``, ``dict[float, X]``, ``dict[bool, X]`` (or an enum of such values) are read back from
     the text JSON wrote for them (``"7"`` -> 7; ``"7.5"`` is no ``int``). Unknown keys are
-    ignored, so producers can add fields before every worker is upgraded."""
+    ignored, so producers can add fields before every worker is upgraded. ``UUID``,
+    ``Decimal`` and ``datetime.time`` are written as their text, ``timedelta`` as seconds,
+    and read back from that (a ``Decimal`` from text or an int only: a JSON float would
+    bring its binary rounding)."""
     converter = make_converter()
     converter.register_structure_hook(str, _strict(str))
     converter.register_structure_hook(int, _strict(int))
     converter.register_structure_hook(float, _strict(float, int, float))
     converter.register_structure_hook(bool, _strict(bool))
     converter.register_structure_hook_factory(_scalar_keyed, _scalar_keyed_mapping)
+    # common value types JSON has no form for: text (or seconds) that reads back exactly
+    converter.register_unstructure_hook(UUID, str)
+    converter.register_structure_hook(UUID, _from_text(UUID))
+    converter.register_unstructure_hook(Decimal, str)
+    converter.register_structure_hook(Decimal, _decimal)
+    converter.register_unstructure_hook(time, time.isoformat)
+    converter.register_structure_hook(time, _from_text(time.fromisoformat))
+    converter.register_unstructure_hook(timedelta, timedelta.total_seconds)
+    converter.register_structure_hook(timedelta, _timedelta)
     return converter
+
+
+def _from_text(parse: Callable[[str], Any]) -> Any:
+    def structure(value: Any, _: Any) -> Any:
+        if not isinstance(value, str):
+            raise TypeError(f"expected text, got {type(value).__name__}")
+        return parse(value)
+
+    return structure
+
+
+def _decimal(value: Any, _: Any) -> Decimal:
+    # text (exact), or an int; a JSON float would carry its binary rounding into the Decimal
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise TypeError(f"expected a decimal as text, got {type(value).__name__}")
+    try:
+        return Decimal(value)
+    except InvalidOperation:
+        raise ValueError(f"{value!r} is not a decimal number") from None
+
+
+def _timedelta(value: Any, _: Any) -> timedelta:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"expected seconds, got {type(value).__name__}")
+    return timedelta(seconds=value)
 
 
 _DEFAULT_CONVERTER: JsonConverter = strict_converter()

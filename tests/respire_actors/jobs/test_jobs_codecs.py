@@ -4,11 +4,14 @@ types."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, time, timedelta
+from decimal import Decimal
 from enum import Enum
 from typing import Any
+from uuid import UUID
 
 import anyio
 import anyio.lowlevel
@@ -305,3 +308,45 @@ def test_json_codec_refuses_a_value_where_a_type_belongs(given: object) -> None:
     with pytest.raises(ValidationError, match=r"pass the class, as in JsonCodec\(Email\)"):
         JsonCodec(given)  # type: ignore[arg-type]
     assert JsonCodec(list[Email]).decode(b'[{"to": "a", "retries": 1}]') == [Email("a", 1)]
+
+
+@dataclass
+class _Common:
+    id: UUID
+    amount: Decimal
+    at: time
+    wait: timedelta
+
+
+def test_json_codecs_carry_uuid_decimal_time_and_timedelta() -> None:
+    """Found by review: the most common values a handler returns (a UUID, a Decimal) were
+    refused as payloads and dropped as results ('result-unencodable')."""
+    value = _Common(
+        UUID("12345678-1234-5678-1234-567812345678"),
+        Decimal("12.30"),
+        time(9, 30, 1, 5),
+        timedelta(days=2, microseconds=7),
+    )
+    codec = JsonCodec(_Common)
+    data = codec.encode(value)
+    assert json.loads(data) == {
+        "id": "12345678-1234-5678-1234-567812345678",
+        "amount": "12.30",
+        "at": "09:30:01.000005",
+        "wait": 172800.000007,
+    }
+    assert codec.decode(data) == value
+    assert json.loads(JsonValueCodec().encode({"id": value.id, "n": Decimal("-0.5")})) == {
+        "id": "12345678-1234-5678-1234-567812345678",
+        "n": "-0.5",
+    }
+    # read back strictly: a float is no exact Decimal, a number no UUID
+    for bad in (
+        {"id": 5, "amount": "1", "at": "09:00", "wait": 1},
+        {"id": str(value.id), "amount": 1.5, "at": "09:00", "wait": 1},
+        {"id": str(value.id), "amount": "one", "at": "09:00", "wait": 1},
+        {"id": str(value.id), "amount": "1", "at": 9, "wait": 1},
+        {"id": str(value.id), "amount": "1", "at": "09:00", "wait": "1s"},
+    ):
+        with pytest.raises(DecodeError):
+            codec.decode(json.dumps(bad).encode())
