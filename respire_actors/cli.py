@@ -13,6 +13,7 @@ import dataclasses
 import importlib
 import inspect
 import logging
+import math
 import os
 import signal
 import sys
@@ -602,6 +603,23 @@ what was asked (an unknown queue, an aborted trim), 2 also for bad arguments
 """
 
 
+def _seconds(*, allow_zero: bool) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds, not negative (and not zero unless
+    allowed); anything else is a usage error naming the value."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+            least = "0 or more" if allow_zero else "more than 0"
+            raise argparse.ArgumentTypeError(f"{text!r} must be {least} seconds")
+        return value
+
+    return parse
+
+
 def _parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     common = argparse.ArgumentParser(add_help=False)
@@ -662,7 +680,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--stats-interval",
-        type=float,
+        type=_seconds(allow_zero=True),
         default=DEFAULT_STATS_INTERVAL,
         metavar="SECONDS",
         help="period of the throughput summary logged for worker apps (default: "
@@ -670,7 +688,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--shutdown-timeout",
-        type=float,
+        type=_seconds(allow_zero=True),
         default=60.0,
         metavar="SECONDS",
         help="how long a graceful stop waits for the app before cancelling it (default: 60)",

@@ -316,6 +316,16 @@ async def _run_and_settle(
     elif isinstance(outcome, Nack):
         await _nack(rt, delivery, DeadLetterReason.NACK.value, lease=lease)
     elif isinstance(outcome, RetryAfter):
+        if rt.queue_options is None and "retry-after" not in rt.warned:
+            rt.warned.add("retry-after")
+            log.warning(
+                "a handler for %s returned retry_after(...), but the registration has no "
+                "QueueOptions, so it cannot stage a durable retry: the job is retried after the "
+                "visibility timeout (%.3fs) instead, like NACK. Register it with "
+                "queue_options=QueueOptions() (warned once)",
+                rt.name,
+                rt.visibility_ms / 1000,
+            )
         await _nack(rt, delivery, DeadLetterReason.NACK.value, outcome.delay_ms, lease=lease)
     elif isinstance(outcome, Complete):
         await _hand(rt, lease, _ack(rt, delivery, outcome.result, flow_result=outcome.result))

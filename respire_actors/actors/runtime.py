@@ -204,6 +204,8 @@ class QueueRuntime:
     gate: Callable[[QueueRuntime, Delivery], Awaitable[Completion | None]] | None = None
     # A partitioned job queue's partitions' keys, indexed by ``Delivery.origin`` (keys_for).
     partition_keys: Sequence[JobQueueKeys] = ()
+    # Mistakes of the registration's handlers already warned about (each once per run).
+    warned: set[str] = field(default_factory=set)
 
     def keys_for(self, delivery: Delivery) -> JobQueueKeys:
         """The job queue keys of ``delivery``: its partition's for a partitioned queue."""

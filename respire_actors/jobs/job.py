@@ -247,7 +247,8 @@ class Job(Generic[T]):
         2**31-1 ms; zero means at once), overriding the queue's backoff and its cap for this
         attempt. The delivery limit and the job's TTL still apply: at the limit the job is
         dead-lettered instead. Raises :class:`ValidationError` for a bad delay. Needs
-        :class:`QueueOptions` on the registration, else it behaves as ``NACK``.
+        :class:`QueueOptions` on the registration, else it behaves as ``NACK`` (the job
+        comes back after the visibility timeout; the worker logs a warning once).
         """
         return RetryAfter(duration_ms(delay, what="retry delay", allow_zero=True))
 

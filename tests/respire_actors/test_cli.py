@@ -474,3 +474,21 @@ def test_operator_tables_never_split_an_id_on_a_narrow_terminal() -> None:
     for cell in row:
         assert str(cell) in text
     assert "…" not in text
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--shutdown-timeout", "-5"),
+        ("--shutdown-timeout", "nan"),
+        ("--stats-interval", "-1"),
+        ("--stats-interval", "inf"),
+        ("--stats-interval", "soon"),
+    ],
+)
+def test_serve_refuses_bad_durations_as_usage_errors(flag: str, value: str) -> None:
+    """Found by review: a negative or NaN --shutdown-timeout failed after start-up naming an
+    internal ChildSpec (exit 3), and a negative --stats-interval was accepted."""
+    done = run_cli("serve", "examples.email_app:app", flag, value)
+    assert done.returncode == 2, done.stderr
+    assert f"argument {flag}: {value!r}" in done.stderr

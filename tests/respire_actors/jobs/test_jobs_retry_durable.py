@@ -323,20 +323,25 @@ async def test_a_retry_due_after_the_ttl_is_acknowledged_as_expired(
 
 
 async def test_retry_after_without_queue_options_behaves_as_nack(
-    client: RedisClient, queue: JobQueue[str]
+    client: RedisClient, queue: JobQueue[str], caplog: pytest.LogCaptureFixture
 ) -> None:
+    """It cannot stage a durable retry; the job comes back after the visibility timeout, and
+    the worker says so once (found by review: it waited silently, 2 minutes by default)."""
     seen: list[int] = []
 
     async def handler(job: Job[str]) -> Any:
         seen.append(job.attempt)
-        return job.retry_after(0) if job.attempt == 1 else None
+        return job.retry_after(0) if job.attempt < 3 else None
 
     await queue.enqueue("a", "x")
-    async with running_worker(
-        client, queue.name, handler, options=fast_options(visibility_timeout=0.2)
-    ):
-        await wait_until(lambda: seen == [1, 2])
+    with caplog.at_level("WARNING", logger="respire_actors.worker"):
+        async with running_worker(
+            client, queue.name, handler, options=fast_options(visibility_timeout=0.2)
+        ):
+            await wait_until(lambda: seen == [1, 2, 3])
     await wait_until_async(lambda: _empty(client, queue))
+    warnings = [r for r in caplog.records if "no QueueOptions" in r.getMessage()]
+    assert len(warnings) == 1
 
 
 async def _empty(client: RedisClient, queue: JobQueue[str]) -> bool:
