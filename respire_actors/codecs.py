@@ -220,9 +220,9 @@ def strict_converter() -> JsonConverter:
     X]``, ``dict[float, X]``, ``dict[bool, X]`` (or an enum of such values) are read back from
     the text JSON wrote for them (``"7"`` -> 7; ``"7.5"`` is no ``int``). Unknown keys are
     ignored, so producers can add fields before every worker is upgraded. ``UUID``,
-    ``Decimal`` and ``datetime.time`` are written as their text, ``timedelta`` as seconds,
-    and read back from that (a ``Decimal`` from text or an int only: a JSON float would
-    bring its binary rounding)."""
+    ``Decimal`` and ``datetime.time`` are written as their text, ``timedelta`` as seconds
+    (exact to the microsecond up to about 285 years), and read back from that (a
+    ``Decimal`` from text or an int only: a JSON float would bring its binary rounding)."""
     converter = make_converter()
     converter.register_structure_hook(str, _strict(str))
     converter.register_structure_hook(int, _strict(int))
@@ -388,13 +388,26 @@ def _check_source_keys(value: object, converter: JsonConverter) -> None:
             seen_ids.add(id(item))
             if not all(type(k) is str for k in item):
                 texts: dict[str, object] = {}
+                plain: dict[object, object] = {}
                 for key in item:
-                    text = _json_key(converter.unstructure(key))
+                    unstructured = converter.unstructure(key)
+                    text = _json_key(unstructured)
                     if text in texts:
                         raise ValueError(
                             f"keys {texts[text]!r} and {key!r} would both be the JSON key {text!r}"
                         )
                     texts[text] = key
+                    # unstructured values Python takes for one key (1 == 1.0 == True) merge
+                    # before JSON writes them
+                    try:
+                        other = plain.setdefault(unstructured, key)
+                    except TypeError:
+                        continue  # unhashable: cattrs cannot use it as a key either
+                    if other is not key:
+                        raise ValueError(
+                            f"keys {other!r} and {key!r} would merge into one JSON key "
+                            f"({unstructured!r})"
+                        )
             stack.extend(item.values())
         elif isinstance(item, list | tuple | set | frozenset):
             seen_ids.add(id(item))

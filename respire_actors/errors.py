@@ -106,6 +106,13 @@ class PartitionCountMismatch(ConfigurationError):
         self.stored = stored
 
 
+class _Unset:
+    """No value given (the class's own ``ran`` applies)."""
+
+
+_UNSET = _Unset()
+
+
 class RedisUnavailable(RespireError):
     """The server could not be reached, or the connection broke mid-command.
 
@@ -119,9 +126,9 @@ class RedisUnavailable(RespireError):
 
     ran: bool | None = None
 
-    def __init__(self, *args: object, ran: bool | None = None) -> None:
+    def __init__(self, *args: object, ran: bool | _Unset | None = _UNSET) -> None:
         super().__init__(*args)
-        if ran is not None:
+        if not isinstance(ran, _Unset):
             self.ran = ran
 
 
@@ -150,9 +157,10 @@ class ClusterReconfiguring(RedisUnavailable):
     ones (flow or batch state, metrics) that the migrating node no longer holds ("attempted to
     access a non local key"): respire_actors' scripts reach such keys before their first
     write, except a completion of several jobs, whose jobs before that key stay committed (a
-    repeat reports them stale); repeating the call is safe."""
+    repeat reports them stale); repeating the call is safe. ``ran`` is None in that case (a
+    script is not rolled back), else False."""
 
-    ran = False
+    ran: bool | None = False
 
 
 class QueueFull(RespireError):

@@ -153,10 +153,13 @@ async def create_group(client: RedisClient, stream: str, group: str, start: str)
 def group_missing(stream: str, group: str) -> ConsumerGroupMissing:
     """The error a consumer stops with when its group vanished."""
     return ConsumerGroupMissing(
-        f"the consumer group {group!r} of {stream!r} is gone (deleted under or between running "
-        "workers); it is not recreated at '0' because that would run every retained, already "
+        f"the consumer group {group!r} of {stream!r} is gone (deleted by XGROUP DESTROY or a "
+        "key rewrite, or the server restarted without its data or from an older snapshot); "
+        "it is not recreated at '0' because that would run every retained, already "
         "acknowledged entry again. Recreate it yourself at the right id (XGROUP CREATE), or "
-        "start the worker with recreate_missing_group='$' (new entries only) or an entry id",
+        "start the worker with recreate_missing_group set to an entry id (everything after "
+        "it runs) or '$' (only entries added from then on: anything written meanwhile is "
+        "skipped)",
         stream=stream,
         group=group,
     )

@@ -98,14 +98,16 @@ def _too_large(batch_id: str, limit: str, what: str) -> BatchLimitExceeded:
     return BatchLimitExceeded(text, batch_id, limit)
 
 
-def _callback(codec: Codec[T], name: str, callback: object) -> tuple[str, bytes]:
+def _callback(
+    codec: Codec[T], name: str, callback: object, limit: int | None = None
+) -> tuple[str, bytes]:
     """('', b'') for no callback, else the checked job id and the encoded payload."""
     if callback is None:
         return "", b""
     if not isinstance(callback, Callback):
         raise ValidationError(f"{name} must be a Callback or None, got {type(callback).__name__}")
     validate_job_id(callback.job_id, what=f"{name} job id")
-    return callback.job_id, encode_with(codec, callback.payload)
+    return callback.job_id, encode_with(codec, callback.payload, limit=limit)
 
 
 async def create_batch(
@@ -119,7 +121,7 @@ async def create_batch(
 ) -> str:
     batch_id = uuid.uuid4().hex if batch_id is None else validate_job_id(batch_id, what="batch id")
     callbacks = [
-        _callback(codec, name, cb)
+        _callback(codec, name, cb, client.settings.max_payload_bytes)
         for name, cb in (
             ("on_success", on_success),
             ("on_failure", on_failure),
@@ -137,14 +139,16 @@ async def create_batch(
     return batch_id
 
 
-def _member(codec: Codec[T], item: object, index: int | None) -> tuple[str, bytes]:
+def _member(
+    codec: Codec[T], item: object, index: int | None, limit: int | None = None
+) -> tuple[str, bytes]:
     if index is not None and (not isinstance(item, tuple | list) or len(item) != 2):
         raise ValidationError(
             f"item {index} must be a (job_id, payload) pair, got {type(item).__name__}"
         )
     pair: Sequence[Any] = item  # type: ignore[assignment]
     job_id: str = validate_job_id(pair[0])
-    return job_id, encode_with(codec, pair[1])
+    return job_id, encode_with(codec, pair[1], limit=limit)
 
 
 def _add_args(batch_id: str, job_id: str, body: bytes, envelope: Sequence[Arg]) -> tuple[Arg, ...]:
@@ -176,7 +180,7 @@ async def add_to_batch(
     envelope: Sequence[Arg] = (),
 ) -> bool:
     validate_job_id(batch_id, what="batch id")
-    job_id, body = _member(codec, (job_id, payload), None)
+    job_id, body = _member(codec, (job_id, payload), None, client.settings.max_payload_bytes)
     if _size(job_id, body) > MAX_BYTES:
         raise _too_large(batch_id, "bytes", f"job {job_id!r} alone")
     reply = await _ADD(
@@ -196,7 +200,8 @@ async def add_many_to_batch(
     envelope: Sequence[Arg] = (),
 ) -> list[bool]:
     validate_job_id(batch_id, what="batch id")
-    members = [_member(codec, item, i) for i, item in enumerate(iterate(jobs, what="jobs"))]
+    limit = client.settings.max_payload_bytes
+    members = [_member(codec, item, i, limit) for i, item in enumerate(iterate(jobs, what="jobs"))]
     distinct = dict(reversed(members))  # a repeated id keeps its first payload
     if len(distinct) > MAX_MEMBERS:
         raise _too_large(batch_id, "members", f"{len(members)} jobs in one call")

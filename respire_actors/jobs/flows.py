@@ -166,8 +166,10 @@ def prepare_enqueue(
     flow_id: str,
     tree: FlowNode[T],
     policy: FlowFailurePolicy,
+    limit: int | None = None,
 ) -> tuple[tuple[str, ...], tuple[str | bytes | int, ...]]:
-    """The keys and arguments of ``flow_enqueue``; every check runs here, before sending."""
+    """The keys and arguments of ``flow_enqueue``; every check runs here, before sending
+    (``limit``: the client's ``max_payload_bytes``)."""
     validate_flow_id(flow_id)
     if not isinstance(policy, FlowFailurePolicy):
         raise InvalidFlow(f"failure_policy must be a FlowFailurePolicy, got {policy!r}")
@@ -175,7 +177,7 @@ def prepare_enqueue(
     args: list[str | bytes | int] = [flow_id, policy.value, len(nodes)]
     size = 0
     for node, parent in nodes:
-        body = encode_with(codec, node.payload)
+        body = encode_with(codec, node.payload, limit=limit)
         size += len(node.job_id.encode("utf-8")) + len(body)
         args += (node.job_id, parent, body)
     if size > MAX_FLOW_INPUT_BYTES:
@@ -196,7 +198,9 @@ async def enqueue_flow(
     tree: FlowNode[T],
     policy: FlowFailurePolicy,
 ) -> bool:
-    script_keys, args = prepare_enqueue(keys, codec, flow_id, tree, policy)
+    script_keys, args = prepare_enqueue(
+        keys, codec, flow_id, tree, policy, client.settings.max_payload_bytes
+    )
     return bool(int(await _ENQUEUE(client, script_keys, args)))
 
 

@@ -60,7 +60,7 @@ def partition_names(name: str, partitions: int) -> tuple[str, ...]:
 
 
 async def verify_partition_count(
-    client: RedisClient, name: str, partitions: int, *, record: bool = True
+    client: RedisClient, name: str, partitions: int, *, record: bool = True, copy: bool = False
 ) -> bool:
     """:func:`check_partition_count`, surviving the loss of the count key's node.
 
@@ -71,17 +71,18 @@ async def verify_partition_count(
     the count (all copies hold the recorded one), one that differs raises
     :class:`PartitionCountMismatch`, and with no copy reachable the record's error is raised.
     So one node's outage stops only the partitions it holds, for a producer or observer
-    started during it too. With ``record`` (producers, workers) a confirmed count is copied
-    to every partition that can be reached."""
+    started during it too. The copies are written by whoever records the count, and with
+    ``copy`` (a worker at start) by whoever confirms it: one pipelined call per partition,
+    too many for every producer object."""
     try:
-        recorded = await check_partition_count(client, name, partitions, record=record)
+        status = await _check(client, name, partitions, record=record)
     except _TRANSIENT as exc:
         if await _verify_by_copies(client, name, partitions):
             return True
         raise exc from None
-    if recorded and record:
+    if status == "stored" or (status == "match" and copy):
         await _write_copies(client, name, partitions)
-    return recorded
+    return status != "absent"
 
 
 def _copy_key(client: RedisClient, name: str, index: int) -> str:
@@ -102,19 +103,16 @@ async def _verify_by_copies(client: RedisClient, name: str, partitions: int) -> 
 
 
 async def _write_copies(client: RedisClient, name: str, partitions: int) -> None:
-    """Copy the confirmed count into every partition's slot (nodes that cannot be reached are
-    passed over: a later start copies it there)."""
+    """Copy the count the record holds (just confirmed) into every partition's slot,
+    replacing a copy an earlier count left there (a migration deletes only the record); nodes
+    that cannot be reached are passed over: a later start copies it there."""
     calls = [
-        (_PARTITIONS, (_copy_key(client, name, i),), ("init", partitions))
+        (_PARTITIONS, (_copy_key(client, name, i),), ("set", partitions))
         for i in range(partitions)
     ]
     for reply in await run_many(client, calls, per_node_errors=True):
-        if isinstance(reply, BaseException):
-            if isinstance(reply, _TRANSIENT):
-                continue
+        if isinstance(reply, BaseException) and not isinstance(reply, _TRANSIENT):
             raise reply
-        if text(reply[0]) == "mismatch":
-            _compare(name, partitions, int(reply[1]), _copy_key(client, name, 0))
 
 
 def _compare(name: str, partitions: int, stored: int, key: str) -> None:
@@ -138,6 +136,12 @@ async def check_partition_count(
     ACL user lacks them is refused with nothing recorded). With ``record=False`` only compare
     (nothing is written; a queue with no recorded count passes). Returns whether a count is
     recorded now. Raises :class:`PartitionCountMismatch` when they differ."""
+    return await _check(client, name, partitions, record=record) != "absent"
+
+
+async def _check(client: RedisClient, name: str, partitions: int, *, record: bool) -> str:
+    """:func:`check_partition_count`, returning ``absent``, ``stored`` (recorded now) or
+    ``match``."""
     key = partitions_key(name, client.key_prefix)
     reply = await _PARTITIONS(client, (key,), ("get",))
     if record and text(reply[0]) == "absent":
@@ -147,9 +151,9 @@ async def check_partition_count(
         reply = await _PARTITIONS(client, (key,), ("init", partitions))
     status = text(reply[0])
     if status == "absent":
-        return False
+        return status
     _compare(name, partitions, int(reply[1]), key)
-    return True
+    return "stored" if status == "stored" else "match"
 
 
 async def _probe_partitions(client: RedisClient, name: str, partitions: int) -> None:

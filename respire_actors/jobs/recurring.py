@@ -172,6 +172,8 @@ def interval_ms(value: object) -> int:
         if math.isnan(seconds) or math.isinf(seconds):
             raise InvalidSchedule("interval must be finite")
         exact = round(seconds * 1000, 6)
+        if not math.isfinite(exact):
+            raise InvalidSchedule(f"interval {value} s is out of range")
         if exact != math.floor(exact):
             raise InvalidSchedule(f"interval must be whole milliseconds, got {value!r} s")
         ms = int(exact)

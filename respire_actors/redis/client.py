@@ -369,7 +369,9 @@ def _map_reply(message: str) -> RespireError:
             "is being migrated and the key is not on this node. The script stopped at that key; "
             "respire_actors' scripts reach such keys before their first write (a completion of "
             "several jobs may have committed the ones before it, which report stale if "
-            "repeated), so the call may be repeated as is"
+            "repeated), so the call may be repeated as is. In a script of your own it usually "
+            "means a key outside the declared ones' slot",
+            ran=None,  # the script is not rolled back: what it wrote before that key stays
         )
     if code == "WRONGTYPE":
         return WrongKeyType(message)

@@ -329,3 +329,19 @@ async def test_a_command_that_could_not_be_sent_says_it_did_not_run(
         async with connect(server.url, connect_timeout=2):
             pass
     assert on_entry.value.ran is False
+
+
+def test_a_script_stopped_at_a_non_local_key_may_have_written() -> None:
+    """Found by review: the "non local key" refusal became a ClusterReconfiguring with
+    ran=False although the script is not rolled back (what it wrote before that key
+    stays); repeating blindly is not what ran=False promises. Other cluster refusals still
+    certainly did not run."""
+    from respire_actors.errors import ClusterReconfiguring
+    from respire_actors.redis.client import _map_reply
+
+    nonlocal_key = _map_reply(
+        "ERR Script attempted to access a non local key in a cluster node script: x"
+    )
+    assert isinstance(nonlocal_key, ClusterReconfiguring) and nonlocal_key.ran is None
+    tryagain = _map_reply("TRYAGAIN Multiple keys request during rehashing of slot")
+    assert isinstance(tryagain, ClusterReconfiguring) and tryagain.ran is False

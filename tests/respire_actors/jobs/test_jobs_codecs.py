@@ -226,6 +226,20 @@ def test_json_value_codec_refuses_keys_that_collide_once_unstructured(value: Any
         JsonValueCodec().encode(value)
 
 
+@pytest.mark.parametrize(
+    "value",
+    [{timedelta(seconds=1): "a", 1: "b"},
+     {timedelta(seconds=1): "a", True: "b"},
+     {Color.RED: "enum", 1.0: "float"}],
+)  # fmt: skip
+def test_json_value_codec_refuses_keys_python_merges_once_unstructured(value: Any) -> None:
+    """Found by review: keys whose unstructured forms Python takes for one dict key
+    (1 == 1.0 == True) were merged by cattrs before the JSON-text check saw them, and one
+    entry was dropped without an error."""
+    with pytest.raises(EncodeError, match="would merge into one JSON key"):
+        JsonValueCodec().encode(value)
+
+
 @dataclass
 class Order:
     quantities: dict[int, int]

@@ -370,6 +370,7 @@ def nothing_sent(client: RedisClient) -> Iterator[None]:
         ({"interval": 0.0015}, "whole milliseconds"),
         ({"interval": float("nan")}, "finite"),
         ({"interval": 10**400}, "out of range"),
+        ({"interval": 1e306}, "out of range"),
         ({"interval": "1h"}, "timedelta"),
         ({"interval": True}, "timedelta"),
         ({"cron": "0 0 * * * *"}, "five fields"),

@@ -162,6 +162,31 @@ async def test_a_producer_or_worker_with_another_count_gets_a_typed_error(
             assert await client.execute("XINFO", "GROUPS", key) == []
 
 
+async def test_the_documented_in_place_count_change_works_with_the_copies(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Found by review: the count's copies in each partition's slot kept the old count after
+    the documented migration (delete the record, restart with the new count), so the first
+    producer with the new count stored the record and then failed on the copies, and every
+    process failed from then on. Confirming the record now rewrites the copies."""
+    old = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    await old.enqueue("a", "x")
+    copies = [partitions_key(f"{unique_name}:p{i}", client.key_prefix) for i in range(4)]
+    assert [await client.execute("GET", k) for k in copies] == [b"4"] * 4
+    await client.execute("DEL", partitions_key(unique_name, client.key_prefix))
+
+    new = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=2)
+    assert (await new.enqueue("b", "x")).enqueued
+    assert await client.execute("GET", partitions_key(unique_name, client.key_prefix)) == b"2"
+    assert [await client.execute("GET", k) for k in copies[:2]] == [b"2", b"2"]
+    # a process still configured with the old count is refused, by the record
+    with pytest.raises(PartitionCountMismatch):
+        await PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4).enqueue("c", "x")
+    # and a worker with the new count starts
+    async with running_worker(client, unique_name, _ack, partitions=2):
+        pass
+
+
 @pytest.mark.parametrize("configured", [4, 16])
 async def test_controls_and_inspection_with_another_count_get_a_typed_error(
     client: RedisClient, unique_name: str, configured: int
