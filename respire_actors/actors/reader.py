@@ -57,6 +57,11 @@ async def run_reader(
 
     with ctx.stop_scope():
         await rt.replay_done.wait()  # pending replay precedes new reads
+    # Under a rate policy a read is redirected to recover an entry idle past the visibility
+    # timeout; when that page could claim nothing (the entry's group paused, rate limited or
+    # at its concurrency limit), reads are not redirected again for a while, so one blocked
+    # entry cannot stop every other job of the queue.
+    recover_hold = 0.0
     async with rt.client.open_blocking() as blocking:
         while not ctx.stop_requested and not rt.stopping.is_set():
             taken = 0  # a stop request may cancel the wait before anything is taken
@@ -68,7 +73,8 @@ async def run_reader(
             try:
                 # Shielded: a read cancelled mid-flight would strand its entries until recovery.
                 with anyio.CancelScope(shield=True):
-                    result = await rt.source.read(rt.consumer, taken, rt.visibility_ms)
+                    min_idle = rt.visibility_ms if anyio.current_time() >= recover_hold else 0
+                    result = await rt.source.read(rt.consumer, taken, min_idle)
                     if result.status == "recover":
                         await confirm_before_recovery(rt)
                         page = await rt.source.claim(
@@ -114,6 +120,13 @@ async def run_reader(
                     await denied(page.retry_after_ms)
                 else:
                     dispatch_page(rt, "recover", page, taken)
+                    if not (
+                        page.deliveries
+                        or page.dead_lettered
+                        or page.expired
+                        or page.cleared_deleted
+                    ):
+                        recover_hold = anyio.current_time() + min(1.0, rt.visibility_ms / 1000)
                     await pace(result.pace_ms)
                 continue
             rt.admission.release(taken)

@@ -107,8 +107,7 @@ async def _write_copies(client: RedisClient, name: str, partitions: int) -> None
     replacing a copy an earlier count left there (a migration deletes only the record); nodes
     that cannot be reached are passed over: a later start copies it there."""
     calls = [
-        (_PARTITIONS, (_copy_key(client, name, i),), ("set", partitions))
-        for i in range(partitions)
+        (_PARTITIONS, (_copy_key(client, name, i),), ("set", partitions)) for i in range(partitions)
     ]
     for reply in await run_many(client, calls, per_node_errors=True):
         if isinstance(reply, BaseException) and not isinstance(reply, _TRANSIENT):

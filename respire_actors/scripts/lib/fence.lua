@@ -131,14 +131,16 @@ local function respire_admit(control, wanted)
 end
 
 -- Under a rate policy (state from respire_admit), a reader takes at most a tenth of the window's
--- permits per call, and should wait `pace` ms (a tenth of the window) before its next read, so
--- one busy process cannot take a whole window in its first milliseconds and a worker joining a
--- saturated queue gets turns. Returns the capped count and the pace (0 without a policy).
+-- permits per call, and should wait `pace` ms before its next read: the share of the window its
+-- permits stand for (a tenth for a full slice), so one busy process cannot take a whole window
+-- in its first milliseconds and a worker joining a saturated queue gets turns, while a reader
+-- taking fewer permits per call (a small read batch) still reaches the full rate. Returns the
+-- capped count and the pace (0 without a policy).
 local function respire_admit_slice(state, allowed)
   if not state then return allowed, 0 end
   local slice = math.ceil(state[3] / 10)
   if allowed > slice then allowed = slice end
-  return allowed, math.ceil(state[4] * slice / state[3])
+  return allowed, math.ceil(state[4] * allowed / state[3])
 end
 
 -- Admission of a read (job_read, job_select): the queue's pause and rate limit, the read's slice

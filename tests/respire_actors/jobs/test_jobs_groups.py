@@ -283,3 +283,52 @@ async def test_a_graceful_stop_hands_back_the_permits_of_what_it_did_not_finish(
     # the entries themselves stay pending for recovery
     pending = await client.execute("XPENDING", queue.keys.ready, "respire")
     assert int(pending[0]) == 3
+
+
+async def test_a_stale_delivery_of_a_paused_group_does_not_stop_a_rate_limited_queue(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """Found by review: under a queue rate limit every read was sent to recover the oldest
+    entry idle past the visibility timeout; when its group was paused the recovery claimed
+    nothing and the next read was sent there again, so no other job of the queue ran while
+    the group stayed paused. Reads now go on while that entry cannot be claimed."""
+    from respire_actors import RateLimit
+
+    await queue.set_rate_limit(RateLimit(100, timedelta(seconds=1)))
+    await queue.enqueue_scheduled("stuck", "x", JobEnqueueOptions(group="g1"))
+    started: list[str] = []
+
+    async def hang(job: Any) -> None:
+        started.append(job.id)
+        await anyio.sleep_forever()
+
+    first = await run(client, queue, hang, shutdown_grace=timedelta(milliseconds=100))
+    async with anyio.create_task_group() as tg:
+        await tg.start(first.run, client)
+
+        async def running() -> bool:
+            return started == ["stuck"]
+
+        await wait_until_async(running, timeout=10)
+        await queue.pause_group("g1")
+        await first.stop()  # "stuck" stays pending
+    await anyio.sleep(1.5)  # and is idle past the next worker's visibility timeout
+    await queue.enqueue_many([(f"plain{i}", "x") for i in range(10)])
+    await queue.enqueue_scheduled_many(
+        [(f"g2-{i}", "x") for i in range(3)], JobEnqueueOptions(group="g2")
+    )
+    done: list[str] = []
+
+    async def handler(job: Any) -> None:
+        done.append(job.id)
+
+    second = await run(client, queue, handler, visibility_timeout=timedelta(seconds=1))
+    async with anyio.create_task_group() as tg:
+        await tg.start(second.run, client)
+
+        async def others_done() -> bool:
+            return len(done) == 13
+
+        await wait_until_async(others_done, timeout=20)
+        await second.stop()
+    assert "stuck" not in done  # its group is still paused

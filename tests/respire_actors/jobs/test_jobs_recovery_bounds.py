@@ -153,7 +153,8 @@ async def test_under_a_rate_limit_recovery_precedes_new_reads(
     source = JobSource(client, queue.keys, queue.keys.dead, "respire")
     # not idle long enough: a normal read (a tenth of the window at most)
     early = await source.read("me", 5, 60_000)
-    assert early.status == "ok" and len(early.deliveries) == 3 and early.pace_ms == 100
+    # the pace is the share of the window its 5 permits stand for (5 of 100 per second)
+    assert early.status == "ok" and len(early.deliveries) == 3 and early.pace_ms == 50
     await queue.enqueue("new3", "x")
     # the crashed consumer's entry has been idle for 10 minutes (set, not slept: the entries
     # just read by "me" must stay below the 60 s visibility timeout however slow the machine)
