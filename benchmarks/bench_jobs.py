@@ -22,6 +22,7 @@ from respire_actors import (
     Job,
     JobQueue,
     QueueOptions,
+    RateLimit,
     Worker,
     WorkerOptions,
     connect,
@@ -73,8 +74,11 @@ async def bench_process(
     concurrency: int,
     keep_results: float | None = None,
     queue_options: QueueOptions | None = None,
+    rate_limit: RateLimit | None = None,
 ) -> tuple[float, float]:
     q = JobQueue(client, f"bench-{uuid.uuid4().hex[:8]}", BytesCodec())
+    if rate_limit is not None:
+        await q.set_rate_limit(rate_limit)
     await q.enqueue_many((f"j{i}", b"x") for i in range(n))
     done, handler = _counting_handler(n)
     usec_before = await server_usec(client)
@@ -208,6 +212,14 @@ async def run(url: str, jobs: int) -> None:
         rows.append(
             (
                 "process no-op, concurrency 64, keep_results",
+                f"{rate:,.0f} jobs/s, {trips:.2f} round trips/job",
+            )
+        )
+        # a queue-wide rate limit far above what one worker does: it must not slow it down
+        rate, trips = await bench_process(client, jobs, 64, rate_limit=RateLimit(1_000_000, 1))
+        rows.append(
+            (
+                "process no-op, concurrency 64, rate limit 1,000,000/s",
                 f"{rate:,.0f} jobs/s, {trips:.2f} round trips/job",
             )
         )
