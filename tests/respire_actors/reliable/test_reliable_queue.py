@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from datetime import timedelta
 
@@ -383,20 +384,23 @@ async def test_leases_of_one_message_never_overlap_under_concurrent_redelivery(
     server_url: str, unique_name: str, queue: ReliableQueue[str]
 ) -> None:
     """Receivers that let every first lease expire: on the server clock, each redelivery starts
-    no earlier than the previous lease of that message ended."""
+    no earlier than the previous lease of that message ended. (An acknowledgement that comes
+    after its short lease ended on a loaded machine is refused and the message delivered once
+    more; every lease is checked, however many there were.)"""
     visibility_ms = 150
     ids = await queue.send_many([str(i) for i in range(12)])
     deliveries: list[tuple[str, int, int]] = []  # (id, count, lease deadline)
+    acked: set[str] = set()
 
     async def receiver() -> None:
         async with connect(server_url) as own:
             mine = ReliableQueue(own, unique_name, StrCodec())
-            with anyio.fail_after(10):
-                while len({d[0] for d in deliveries if d[1] == 2}) < len(ids):
+            with anyio.fail_after(20):
+                while len(acked) < len(ids):
                     for m in await mine.receive(visibility_ms / 1000, max=3):
                         deliveries.append((m.id, m.delivery_count, m.lease_deadline_ms))
-                        if m.delivery_count >= 2:
-                            assert await mine.ack(m)
+                        if m.delivery_count >= 2 and await mine.ack(m):
+                            acked.add(m.id)
                     await anyio.sleep(0.01)
 
     async with anyio.create_task_group() as tg:
@@ -405,10 +409,10 @@ async def test_leases_of_one_message_never_overlap_under_concurrent_redelivery(
 
     for message_id in ids:
         leases = sorted((c, d) for i, c, d in deliveries if i == message_id)
-        assert [c for c, _ in leases] == [1, 2], message_id
-        (_, first_end), (_, second_end) = leases
-        second_start = second_end - visibility_ms
-        assert second_start >= first_end, message_id
+        counts = [c for c, _ in leases]
+        assert counts == list(range(1, len(leases) + 1)) and len(leases) >= 2, message_id
+        for (_, earlier_end), (_, later_end) in itertools.pairwise(leases):
+            assert later_end - visibility_ms >= earlier_end, message_id
 
 
 async def test_a_deleted_group_neither_replays_acked_messages_nor_breaks_live_leases(
