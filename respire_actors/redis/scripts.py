@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -33,14 +32,56 @@ _INCLUDE = re.compile(r"^--!include\s+(\S+)\s*$", re.MULTILINE)
 _NAME = re.compile(r"^(?P<name>[a-z0-9_]+)-(?P<keys>\d+)\.lua$")
 
 
-@dataclass(frozen=True, slots=True)
 class Script:
-    """One loaded Lua script: its name, the number of keys it takes and its source."""
+    """One Lua script: its name, the number of keys it takes, its source and SHA-1.
 
-    name: str
-    numkeys: int
-    source: str
-    sha: str
+    A script from :func:`load` reads, resolves and prunes its file on first use, not at
+    import: a process (a CLI command, say) pays only for the scripts it runs."""
+
+    __slots__ = ("_file", "_sha", "_source", "name", "numkeys")
+
+    def __init__(
+        self,
+        name: str,
+        numkeys: int,
+        source: str | None = None,
+        sha: str | None = None,
+        *,
+        file: str | None = None,
+    ) -> None:
+        if source is None and file is None:
+            raise ValueError("a Script needs its source or its file")
+        self.name = name
+        self.numkeys = numkeys
+        self._source = source
+        self._sha = sha
+        self._file = file
+
+    @property
+    def source(self) -> str:
+        if self._source is None:
+            self._materialise()
+        assert self._source is not None
+        return self._source
+
+    @property
+    def sha(self) -> str:
+        if self._sha is None:
+            self._materialise()
+        assert self._sha is not None
+        return self._sha
+
+    def _materialise(self) -> None:
+        source = self._source
+        if source is None:
+            assert self._file is not None
+            source = prune(_resolve(self._file, ()))
+        sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
+        register(sha, source)
+        self._source, self._sha = source, sha
+
+    def __repr__(self) -> str:
+        return f"Script({self.name!r}, {self.numkeys})"
 
     def _check(self, keys: Sequence[str]) -> None:
         if len(keys) != self.numkeys:
@@ -120,17 +161,27 @@ def _resolve(path: str, seen: tuple[str, ...]) -> str:
 
 
 @cache
-def load(name: str) -> Script:
-    """Load ``scripts/<name>-<n>.lua`` (``name`` without the key count), includes resolved."""
+def _files() -> dict[str, tuple[str, int]]:
+    """Every shipped script's file and key count, by name (one directory listing)."""
     folder = resources.files("respire_actors").joinpath("scripts")
+    found = {}
     for entry in folder.iterdir():
         match = _NAME.match(entry.name)
-        if match and match.group("name") == name:
-            source = prune(_resolve(entry.name, ()))
-            sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
-            register(sha, source)
-            return Script(name, int(match.group("keys")), source, sha)
-    raise LookupError(f"no Lua script named {name!r} in respire_actors/scripts")
+        if match:
+            found[match.group("name")] = (entry.name, int(match.group("keys")))
+    return found
+
+
+@cache
+def load(name: str) -> Script:
+    """The script ``scripts/<name>-<n>.lua`` (``name`` without the key count); its source,
+    includes resolved and pruned, is read on first use. Raises LookupError for an unknown
+    name."""
+    try:
+        file, numkeys = _files()[name]
+    except KeyError:
+        raise LookupError(f"no Lua script named {name!r} in respire_actors/scripts") from None
+    return Script(name, numkeys, file=file)
 
 
 def all_scripts() -> list[Script]:
