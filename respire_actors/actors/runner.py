@@ -342,8 +342,9 @@ def _outcome_class(value: object) -> bool:
 
 
 def _short(exc: BaseException) -> str:
-    """An exception as a dead-letter detail, cut to the bound at a character boundary (this is
-    our own text, not the handler's, so shortening it is fine)."""
+    """An exception as a dead-letter detail: its type and text, cut to the bound at a
+    character boundary. It is a summary (documented as such); the whole exception and its
+    traceback are in the worker's log, never lost."""
     text = f"{type(exc).__name__}: {safe_str(exc)}"
     data = text.encode("utf-8", "replace")[:MAX_DETAIL_BYTES]
     return data.decode("utf-8", "ignore")
