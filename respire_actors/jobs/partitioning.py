@@ -91,13 +91,13 @@ def _copy_key(client: RedisClient, name: str, index: int) -> str:
 
 async def _verify_by_copies(client: RedisClient, name: str, partitions: int) -> bool:
     calls = [(_PARTITIONS, (_copy_key(client, name, i),), ("get",)) for i in range(partitions)]
-    for reply in await run_many(client, calls, per_node_errors=True):
+    for i, reply in enumerate(await run_many(client, calls, per_node_errors=True)):
         if isinstance(reply, BaseException):
             if isinstance(reply, _TRANSIENT):
                 continue
             raise reply
         if text(reply[0]) == "match":
-            _compare(name, partitions, int(reply[1]), _copy_key(client, name, 0))
+            _compare(name, partitions, int(reply[1]), _copy_key(client, name, i))
             return True
     return False
 
