@@ -402,6 +402,23 @@ async def test_complete_refuses_a_bad_result_in_the_handler(
 # -- a handler's own CancelledError ------------------------------------------------------------
 
 
+async def _only_the_bad_job_fails(client: RedisClient, queue: JobQueue[str], handler: Any) -> None:
+    """Run ``handler`` over ok-0..2 and bad: bad is dead-lettered as a processing failure, the
+    three others complete at their first attempt (none was cancelled and run again)."""
+    options = fast_options(delivery_limit=1, visibility_timeout=60)
+    async with running_worker(client, queue.name, handler, options=options) as worker:
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.acked == 3 and stats.dead_lettered == 1)
+        assert stats.failed == 1 and stats.leases_lost == 0
+    ((_, fields),) = await queue.read_dead_letters()
+    assert fields["_respire.job.id"] == b"bad"
+    assert fields["_respire.reason"] == b"processing-failed"
+    completed = [e for e in await all_events(client, queue.keys) if e.kind == "completed"]
+    assert sorted(e.job_id for e in completed) == ["ok-0", "ok-1", "ok-2"]
+    assert {e.attempt for e in completed} == {1}
+    assert await pending_rows(client, queue.keys) == []
+
+
 async def test_a_handlers_own_cancelled_error_is_its_failure_and_spares_the_others(
     client: RedisClient, queue: JobQueue[str], anyio_backend: str
 ) -> None:
@@ -427,18 +444,7 @@ async def test_a_handlers_own_cancelled_error_is_its_failure_and_spares_the_othe
         await anyio.sleep(0.3)  # still running when the bad handler fails
         return ACK
 
-    options = fast_options(delivery_limit=1, visibility_timeout=60)
-    async with running_worker(client, queue.name, handler, options=options) as worker:
-        stats = worker.statistics(queue.name)
-        await wait_until(lambda: stats.acked == 3 and stats.dead_lettered == 1)
-        assert stats.failed == 1 and stats.leases_lost == 0
-    ((_, fields),) = await queue.read_dead_letters()
-    assert fields["_respire.job.id"] == b"bad"
-    assert fields["_respire.reason"] == b"processing-failed"
-    completed = [e for e in await all_events(client, queue.keys) if e.kind == "completed"]
-    assert sorted(e.job_id for e in completed) == ["ok-0", "ok-1", "ok-2"]
-    assert {e.attempt for e in completed} == {1}  # none was cancelled and run again
-    assert await pending_rows(client, queue.keys) == []
+    await _only_the_bad_job_fails(client, queue, handler)
 
 
 async def test_a_handler_cancelling_its_own_task_fails_only_itself(
@@ -469,17 +475,7 @@ async def test_a_handler_cancelling_its_own_task_fails_only_itself(
         await anyio.sleep(0.3)  # still running when the bad handler fails
         return ACK
 
-    options = fast_options(delivery_limit=1, visibility_timeout=60)
-    async with running_worker(client, queue.name, handler, options=options) as worker:
-        stats = worker.statistics(queue.name)
-        await wait_until(lambda: stats.acked == 3 and stats.dead_lettered == 1)
-        assert stats.failed == 1 and stats.leases_lost == 0
-    ((_, fields),) = await queue.read_dead_letters()
-    assert fields["_respire.job.id"] == b"bad"
-    assert fields["_respire.reason"] == b"processing-failed"
-    completed = [e for e in await all_events(client, queue.keys) if e.kind == "completed"]
-    assert sorted(e.job_id for e in completed) == ["ok-0", "ok-1", "ok-2"]
-    assert {e.attempt for e in completed} == {1}
+    await _only_the_bad_job_fails(client, queue, handler)
 
 
 async def test_a_coroutine_returned_without_await_is_a_failure(
