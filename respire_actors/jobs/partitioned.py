@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, timedelta
+from functools import partial
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -30,7 +31,7 @@ from .groups import DEFAULT_LEASE, GroupInfo
 from .metrics import MinuteMetrics
 from .model import EnqueueResult, JobStatus, QueueState
 from .options import JobEnqueueOptions, validate_group, validate_job_id
-from .partitioning import partition_of, validate_partitions, verify_partition_count
+from .partitioning import partition_of, run_all, validate_partitions, verify_partition_count
 from .queue import (
     _ENQUEUE,
     _SPAN,
@@ -272,24 +273,11 @@ class PartitionedJobQueue(Generic[T]):
         (a node that cannot be reached), the first failure in partition order is raised with
         every partition's outcome, its result or its error, in ``partial_results``."""
         await self._verify()
-        out: list[Any] = [None] * self.partitions
-        failed = False
-
-        async def one(i: int) -> None:
-            nonlocal failed
-            try:
-                out[i] = await getattr(self.queues[i], method)(*args)
-            except Exception as exc:
-                out[i] = exc
-                failed = True
-
-        async with anyio.create_task_group() as tg:
-            for i in range(self.partitions):
-                tg.start_soon(one, i)
-        if failed:
-            first: Exception = next(r for r in out if isinstance(r, Exception))
+        out, failures = await run_all([partial(getattr(q, method), *args) for q in self.queues])
+        if failures:
+            first = failures[min(failures)]
             if isinstance(first, RespireError):
-                first.partial_results = list(out)
+                first.partial_results = [failures.get(i, r) for i, r in enumerate(out)]
             raise first
         return out
 

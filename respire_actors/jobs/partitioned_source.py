@@ -50,6 +50,7 @@ from ..actors.source import (
 )
 from ..errors import RedisUnavailable, RespireError, ServerLoading
 from ..redis.client import BlockingConnection, RedisClient
+from .partitioning import run_all as _run_all
 from .partitioning import verify_partition_count
 from .source import JobSource
 
@@ -71,30 +72,6 @@ are checked for new entries this often, in ms (one non-blocking XREAD over them 
 at least one ms per ten partitions), so a busy partition cannot starve a newly filled one."""
 RESCAN_EVERY = 10
 """Every this many wait timeouts, every partition is read again (not only paused ones)."""
-
-
-async def _run_all(
-    calls: Sequence[Callable[[], Awaitable[R]]],
-) -> tuple[list[Any], dict[int, Exception]]:
-    """Run the calls concurrently (the client pipelines them), every call to its end: their
-    results (None where one failed) and the failures by index. One partition's error never
-    cancels another's in-flight script call."""
-    out: list[Any] = [None] * len(calls)
-    failures: dict[int, Exception] = {}
-
-    async def one(i: int) -> None:
-        try:
-            out[i] = await calls[i]()
-        except Exception as exc:
-            failures[i] = exc
-
-    if len(calls) == 1:
-        await one(0)
-    else:
-        async with anyio.create_task_group() as tg:
-            for i in range(len(calls)):
-                tg.start_soon(one, i)
-    return out, failures
 
 
 async def gather(calls: Sequence[Callable[[], Awaitable[R]]]) -> list[R]:

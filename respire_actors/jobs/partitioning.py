@@ -15,6 +15,10 @@ worker and compared by every later one; a different count raises
 from __future__ import annotations
 
 import zlib
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import anyio
 
 from ..actors._util import text
 from ..errors import PartitionCountMismatch, RedisUnavailable, ServerLoading, ValidationError
@@ -26,6 +30,31 @@ from .options import validate_job_id
 _PARTITIONS = load("job_partitions")
 _PROBE = load("partition_probe")
 _TRANSIENT = (RedisUnavailable, ServerLoading)
+R = TypeVar("R")
+
+
+async def run_all(
+    calls: Sequence[Callable[[], Awaitable[R]]],
+) -> tuple[list[Any], dict[int, Exception]]:
+    """Run the calls concurrently (the client pipelines them), every call to its end: their
+    results (None where one failed) and the failures by index. One partition's error never
+    cancels another's in-flight script call."""
+    out: list[Any] = [None] * len(calls)
+    failures: dict[int, Exception] = {}
+
+    async def one(i: int) -> None:
+        try:
+            out[i] = await calls[i]()
+        except Exception as exc:
+            failures[i] = exc
+
+    if len(calls) == 1:
+        await one(0)
+    else:
+        async with anyio.create_task_group() as tg:
+            for i in range(len(calls)):
+                tg.start_soon(one, i)
+    return out, failures
 
 
 def validate_partitions(partitions: object) -> int:
@@ -168,6 +197,7 @@ async def _probe_partitions(client: RedisClient, name: str, partitions: int) -> 
 
 
 __all__ = [
+    "run_all",
     "verify_partition_count",
     "check_partition_count",
     "partition_names",
