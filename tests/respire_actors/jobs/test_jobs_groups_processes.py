@@ -50,12 +50,16 @@ async def main():
                 if job.id == "victim" and tag == "doomed":
                     await anyio.sleep_forever()
                 if job.id == "victim":
+                    # a lost lease may cancel the handler in its sleep or in the RPUSH after
+                    # it (a resumed process wakes both at once): either is recorded
                     try:
                         await anyio.sleep(1.5)
+                        await client.execute("RPUSH", record, f"{tag}:{job.id}:end")
                     except anyio.get_cancelled_exc_class():
                         with anyio.CancelScope(shield=True):
                             await client.execute("RPUSH", record, f"{tag}:{job.id}:cancelled")
                         raise
+                    return
                 await client.execute("RPUSH", record, f"{tag}:{job.id}:end")
         worker = Worker()
         worker.register(
