@@ -223,7 +223,17 @@ class Endpoint:
                             f"{where} does not know HELLO (Redis older than 6); "
                             "respire_actors needs Redis 7.0 or later (or any Valkey)"
                         )
-                    raise reply
+                    if text.startswith("NOPERM"):
+                        raise PermissionDenied(
+                            f"{where}: this user may not open a connection ({text}); grant it "
+                            "+hello",
+                            "hello",
+                        )
+                    # e.g. "max number of clients reached": the server may take it later
+                    raise RedisUnavailable(
+                        f"{where} refused the connection handshake (no command ran): {text}",
+                        ran=False,
+                    )
             if isinstance(replies[0], dict):
                 # What the server says it is (server, version, mode, role): server detection
                 # reads it instead of INFO / ROLE, which an ACL user need not be granted.

@@ -151,6 +151,16 @@ class ConnectionSettings:
             or not 0 <= spin <= 0.01
         ):
             raise ConfigurationError("spin_wait must be between 0 and 0.01 seconds")
+        client_name = self.client_name
+        if client_name is not None and (
+            not isinstance(client_name, str)
+            or not client_name
+            or any(not "!" <= c <= "~" for c in client_name)
+        ):
+            raise ConfigurationError(
+                f"client_name {client_name!r} must be a non-empty str of printable ASCII without "
+                "spaces (the server refuses others)"
+            )
         if self.max_connections < 2:
             raise ConfigurationError("max_connections must be at least 2")
         limit = self.max_payload_bytes
@@ -220,7 +230,13 @@ class ConnectionSettings:
             if not nodes:
                 nodes = [("127.0.0.1", 6379)]
             kwargs["host"], kwargs["port"] = nodes[0]
-            cluster = scheme.endswith("+cluster") or _truthy(query.pop("cluster", "no"))
+            flag = _flag("cluster", query.pop("cluster", None), url)
+            if scheme.endswith("+cluster") and flag is False:
+                raise ConfigurationError(
+                    f"{_redact(url)!r} names a cluster twice, differently: a "
+                    "redis+cluster:// URL cannot say cluster=false"
+                )
+            cluster = scheme.endswith("+cluster") or bool(flag)
             if cluster:
                 kwargs["cluster"] = True
                 kwargs["cluster_nodes"] = tuple(nodes)
@@ -287,8 +303,18 @@ class ConnectionSettings:
         return f"{scheme}://{self.host}:{self.port}/{self.db}"
 
 
-def _truthy(value: str) -> bool:
-    return value.lower() in {"1", "true", "yes", "on"}
+def _flag(name: str, value: str | None, url: str) -> bool | None:
+    """A yes/no URL option (None when absent); anything but a known word is refused."""
+    if value is None:
+        return None
+    word = value.lower()
+    if word in {"1", "true", "yes", "on"}:
+        return True
+    if word in {"0", "false", "no", "off"}:
+        return False
+    raise ConfigurationError(
+        f"bad value {value!r} for {name} in {_redact(url)!r}: write true or false"
+    )
 
 
 def _split_host_port(item: str, url: str) -> tuple[str, int]:
@@ -436,6 +462,19 @@ def _denied_command(message: str) -> str:
             return refused_in_script(message)
         return ""  # a refused key or channel names no command
     return (match.group(1) or match.group(2)).lower()
+
+
+_REPEATABLE = frozenset({b"TIME", b"PING", b"ECHO", b"INFO", b"COMMAND", b"ROLE", b"LASTSAVE"})
+_REPEATABLE_CLUSTER = frozenset({b"SLOTS", b"SHARDS", b"NODES", b"INFO", b"KEYSLOT", b"MYID"})
+
+
+def _repeatable(args: Sequence[Arg]) -> bool:
+    """Whether a keyless command only reads, so a cluster may ask another node when the first
+    one's answer is lost (it is never sent twice otherwise)."""
+    name = command_name(args[0])
+    if name == b"CLUSTER":
+        return len(args) > 1 and command_name(args[1]) in _REPEATABLE_CLUSTER
+    return name in _REPEATABLE
 
 
 def _mapped(reply: Any) -> Any:
@@ -725,10 +764,13 @@ class RedisClient:
         indices = key_indices(command_name(args[0]), rest)
         return key_slot(rest[indices[0]]) if indices else None
 
-    async def _keyless(self, payload: bytes, count: int, shielded: bool) -> Any:
+    async def _keyless(
+        self, payload: bytes, count: int, shielded: bool, repeatable: bool = False
+    ) -> Any:
         """A command with no key on a cluster: any node can answer it, so a node that cannot
-        be reached is passed over for the next (our keyless commands, COMMAND INFO, TIME,
-        PING, read or are safe to repeat)."""
+        be reached (nothing was sent) is passed over for the next; a command that may have run
+        on one node (a timeout, a connection lost after the write) is sent to another only if
+        it is ``repeatable`` (read-only: TIME, PING, INFO, COMMAND, cluster topology)."""
         router = self._router
         assert router is not None
         await router.route(None)  # reload a stale map first
@@ -738,6 +780,8 @@ class RedisClient:
                 return await router.node(address).request(payload, count, shielded=shielded)
             except RedisUnavailable as exc:
                 router.keyless_failed(address)
+                if exc.ran is not False and not repeatable:
+                    raise  # it may have run there: never sent to a second node
                 failure = failure or exc
         assert failure is not None
         raise failure
@@ -867,7 +911,11 @@ class RedisClient:
                 assert self._main is not None
                 (reply,) = await self._main.request(encode(args), 1)
             else:
-                (reply,) = await self._shared(self._slot_of(args), encode(args), 1, False)
+                slot = self._slot_of(args)
+                if slot is None:
+                    (reply,) = await self._keyless(encode(args), 1, False, _repeatable(args))
+                else:
+                    (reply,) = await self._shared(slot, encode(args), 1, False)
         except Exception as exc:
             mapped = map_error(exc)
             if mapped is exc:
@@ -1006,8 +1054,31 @@ class RedisClient:
         if not per_node_errors:
             for result in results:
                 if isinstance(result, RedisUnavailable) and not isinstance(result, CommandTimeout):
+                    if len(groups) > 1 and any(
+                        not isinstance(r, RedisUnavailable) or r.ran is not False for r in results
+                    ):
+                        # other nodes ran their part: the pipeline as a whole may have run
+                        partial = RedisUnavailable(
+                            f"{result} (the pipeline's commands for other nodes were sent: "
+                            "each command's outcome is in partial_results)",
+                            ran=None,
+                        )
+                        partial.partial_results = [_mapped(r) for r in results]
+                        raise partial from result
                     raise result
         return [_mapped(r) for r in results]
+
+    async def _acquire_bounded(self, pool: DedicatedPool) -> Dedicated:
+        """A pooled connection for a transaction, waiting at most the command timeout for one
+        to come free (a transaction runs shielded: its wait must end on its own)."""
+        timeout = self.settings.command_timeout
+        with anyio.move_on_after(timeout):
+            return await pool.acquire()
+        raise RedisUnavailable(
+            f"no pooled connection came free within {timeout} s (blocking commands and "
+            "transactions hold them all): raise max_connections or hold fewer",
+            ran=False,
+        )
 
     async def _multi_exec(self, commands: Sequence[Sequence[Arg]]) -> list[Any]:
         """MULTI, then the commands and EXEC, on a dedicated connection of the commands' node
@@ -1025,7 +1096,7 @@ class RedisClient:
             else:
                 assert self._pool is not None
                 pool = self._pool
-            conn = await pool.acquire()
+            conn = await self._acquire_bounded(pool)
             try:
                 replies = await _run_multi(conn, commands, self.settings.command_timeout)
             except RedisUnavailable:
@@ -1235,21 +1306,26 @@ class BlockingConnection:
         payload = encode(args)
         router = owner._router
         address = await router.route(owner._slot_of(args)) if router is not None else None
+        asking = False  # an ASK redirection: the next send is preceded by ASKING
         try:
             for _ in range(MAX_REDIRECTS):
                 conn = await self._conn(address)
+                sent, count = (ASKING + payload, 2) if asking else (payload, 1)
                 if timeout is None:
-                    (reply,) = await conn.call(payload, 1)
+                    replies = await conn.call(sent, count)
                 else:
                     with anyio.fail_after(timeout):
-                        (reply,) = await conn.call(payload, 1)
+                        replies = await conn.call(sent, count)
+                reply = replies[-1]
                 redirect = None
                 if router is not None and address is not None:
                     redirect = router.redirection(reply, address)
                 if redirect is None:
                     break
                 address = redirect[1]
-                await router.refresh()  # type: ignore[union-attr]
+                asking = redirect[0] == "ASK"
+                if not asking:
+                    await router.refresh()  # type: ignore[union-attr]
         except Exception as exc:
             if (
                 router is not None
@@ -1383,7 +1459,7 @@ class Transaction(AbstractAsyncContextManager["Transaction"]):
             else:
                 assert client._pool is not None
                 pool = client._pool
-            conn = await pool.acquire()
+            conn = await client._acquire_bounded(pool)
             self._pool, self._conn = pool, conn
             try:
                 with anyio.fail_after(client.settings.command_timeout):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -390,3 +392,83 @@ async def test_the_client_follows_a_replica_that_took_over_a_dead_primary(
         assert entries  # the entry written before the failover
         replies, _ = await _until_answered(lambda: client.pipeline([("INCR", f"{key}:n")]))
         assert replies == [1]
+
+
+# ------------------------------------------------------------------------------------------
+# what a caller is told when one node stops answering (found by review)
+
+
+def _publish_calls(node: Any) -> int:
+    stats = _text(node.execute("INFO", "commandstats"))
+    for line in stats.splitlines():
+        if line.startswith("cmdstat_publish:"):
+            return int(line.split("calls=")[1].split(",")[0])
+    return 0
+
+
+@pytest.mark.anyio
+async def test_outcomes_are_told_truly_when_a_node_stops_answering(
+    small_cluster: Cluster, unique_name: str
+) -> None:
+    """A keyless write whose node does not answer in time was sent again to another node (a
+    PUBLISH delivered twice, reported as success); a pipeline over two nodes, one of them
+    down, raised that node's ``ran=False`` although the other node's commands had run."""
+    a_tag, b_tag = tags_on_every_node(small_cluster, unique_name)
+    async with connect(small_cluster.url, command_timeout=1) as client:
+        await client.execute("PING")
+        router = client._router
+        assert router is not None
+        port = router.keyless_candidates()[0][1]
+        stopped = next(n for n in small_cluster.nodes if n.port == port)
+        os.kill(stopped.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(RedisUnavailable) as raised:
+                await client.execute("PUBLISH", f"{unique_name}:channel", "once")
+            assert raised.value.ran is None  # it may have run: never sent to the other node
+            assert await client.execute("TIME")  # a read-only one is asked elsewhere
+        finally:
+            os.kill(stopped.pid, signal.SIGCONT)
+        # the resumed node runs the PUBLISH it had received: once in all
+        await wait_until(lambda: sum(_publish_calls(n) for n in small_cluster.nodes) >= 1)
+        await anyio.sleep(0.3)
+        assert sum(_publish_calls(n) for n in small_cluster.nodes) == 1
+
+        a_key, b_key = f"{{{a_tag}}}:n", f"{{{b_tag}}}:n"
+        b_node = small_cluster.node_for_slot(key_slot(b_tag))
+        b_node.stop()
+        with pytest.raises(RedisUnavailable) as raised:
+            await client.pipeline([("INCR", a_key), ("INCR", b_key)])
+        assert raised.value.ran is None  # the INCR on the live node ran
+        assert raised.value.partial_results is not None
+        assert raised.value.partial_results[0] == 1
+        assert isinstance(raised.value.partial_results[1], RedisUnavailable)
+        assert await client.execute("GET", a_key) == b"1"
+        with pytest.raises(RedisUnavailable) as raised:  # only the dead node's: nothing ran
+            await client.pipeline([("INCR", b_key), ("INCR", b_key)])
+        assert raised.value.ran is False
+
+
+@pytest.mark.anyio
+async def test_a_blocking_connection_follows_ask_while_a_slot_migrates(
+    small_cluster: Cluster, unique_name: str
+) -> None:
+    """Found by review: a blocking connection re-sent an ASK-redirected command to the
+    target without ASKING; the target answered MOVED back, and after five rounds the read
+    failed, so every blocking wait of a migrating queue fell back to polling."""
+    tag = unique_name
+    slot = key_slot(tag)
+    src = small_cluster.node_for_slot(slot)
+    dst = next(n for n in small_cluster.nodes if n is not src)
+    moved, staying = f"{{{tag}}}:moved", f"{{{tag}}}:staying"
+    async with connect(small_cluster.url) as client:
+        await client.execute("XADD", moved, "1-1", "f", "moved")
+        await client.execute("XADD", staying, "1-1", "f", "staying")
+        dst.execute("CLUSTER", "SETSLOT", slot, "IMPORTING", _text(src.execute("CLUSTER", "MYID")))
+        src.execute("CLUSTER", "SETSLOT", slot, "MIGRATING", _text(dst.execute("CLUSTER", "MYID")))
+        src.execute("MIGRATE", "127.0.0.1", dst.port, "", 0, 5000, "KEYS", moved)
+        async with client.open_blocking() as blocking:
+            for key in (moved, staying, moved):
+                reply = await blocking.execute("XREAD", "BLOCK", 100, "STREAMS", key, "0")
+                assert reply, key
+                entries = next(iter(reply.values())) if isinstance(reply, dict) else reply[0][1]
+                assert entries[0][0] == b"1-1"

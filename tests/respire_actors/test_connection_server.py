@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import shutil
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import anyio
 import pytest
 from helpers.resp import info_fields
-from helpers.servers import ValkeyProcess, short_tmp_dir
+from helpers.servers import ValkeyProcess, running_valkey, short_tmp_dir
+from helpers.waiting import wait_until
 from hiredis import ProtocolError, ReplyError
 
 from respire_actors.errors import (
@@ -458,3 +460,46 @@ async def test_credential_provider_is_asked_for_every_new_connection(
                 except RedisUnavailable:
                     continue  # the in-flight call saw the kill; the next one reconnects
         assert calls > asked
+
+
+async def test_a_server_at_maxclients_refuses_as_unavailable_not_a_raw_reply(
+    tmp_path: Path,
+) -> None:
+    """Found by review: the handshake's "max number of clients reached" escaped as a raw
+    hiredis ReplyError (on a reconnect, a ServerError that crashed the reader actor); a
+    surge at maxclients is an outage the runtime waits out, and nothing ran."""
+    with running_valkey(tmp_path, "--maxclients", "1") as server:
+        with socket.create_connection(("127.0.0.1", server.port)) as holder:
+            holder.sendall(b"PING\r\n")
+            assert holder.recv(64) == b"+PONG\r\n"  # the only client the server takes
+            with pytest.raises(RedisUnavailable, match="max number of clients") as raised:
+                async with connect(server.url):
+                    pass
+            assert raised.value.ran is False
+        async with connect(server.url) as client:  # room again: it connects
+            assert await client.execute("PING") in (b"PONG", "PONG")
+
+
+async def test_a_transaction_waits_for_a_pooled_connection_at_most_the_command_timeout(
+    server_url: str, unique_name: str
+) -> None:
+    """Found by review: a transaction runs shielded, and its wait for a pooled connection had
+    no bound, so with every pooled connection held by a blocking read it could be neither
+    timed out nor cancelled."""
+    lists = [f"{unique_name}:a", f"{unique_name}:b"]
+    counter = f"{unique_name}:n"
+    async with connect(server_url, max_connections=2, command_timeout=0.5) as client:
+        async with anyio.create_task_group() as tg:
+            for key in lists:
+                tg.start_soon(client.execute, "BLPOP", key, 0)
+            await wait_until(lambda: client.statistics().dedicated_in_use == 2)
+            with anyio.fail_after(5):
+                with pytest.raises(RedisUnavailable, match="no pooled connection") as raised:
+                    await client.pipeline([("INCR", counter)], transaction=True)
+            assert raised.value.ran is False
+            assert await client.execute("GET", counter) is None  # it did not run
+            for key in lists:
+                await client.execute("RPUSH", key, 1)
+        # with the pool free again the same transaction runs
+        assert await client.pipeline([("INCR", counter)], transaction=True) == [1]
+        await client.execute("DEL", counter, *lists)

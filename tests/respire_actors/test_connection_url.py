@@ -195,11 +195,23 @@ def test_unknown_option_is_named() -> None:
         ("max_connections=lots", "max_connections"),
         ("db=x", "db"),
         ("key_prefix=%7Bopen", "hash tag"),
+        # found by review: anything but a known true word silently meant "no cluster"
+        ("cluster=maybe", "bad value 'maybe' for cluster"),
+        ("cluster=flase", "for cluster"),
+        # found by review: the server refused it at the handshake with a raw hiredis error
+        ("client_name=has%20space", "client_name"),
     ],
 )
 def test_bad_option_values(query: str, match: str) -> None:
     with pytest.raises(ConfigurationError, match=match):
         parse(f"redis://h?{query}")
+
+
+def test_a_cluster_url_cannot_also_say_cluster_false() -> None:
+    with pytest.raises(ConfigurationError, match="cluster=false"):
+        parse("redis+cluster://h:1?cluster=false")
+    assert parse("redis://h:1?cluster=off").cluster is False
+    assert parse("redis://h:1?cluster=on").cluster is True
 
 
 def test_connect_uses_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
