@@ -24,6 +24,12 @@ A handler's scope is cancelled here only when its lease is really lost:
   is shorter): other consumers may recover the entry, or start another job of its group,
   from then on, so the lease is lost even though nobody said so.
 
+A lease whose handler has returned (its outcome on the way to the completer) is renewed until
+the commit, even past such an expiry: an outage longer than the visibility timeout leaves the
+entry pending for this consumer unless another worker claimed it (the renewal is fenced and
+says so), and this worker's recovery renews its own leases before claiming, so it never takes
+an entry from its own completer and runs a finished job again.
+
 An event loop that stalls past the visibility timeout (blocking code in a handler) does not by
 itself end a lease: the renewer notices it woke late, asks Redis first, and a delivery still
 owned is renewed.
@@ -94,11 +100,14 @@ def expired(leases: Sequence[Lease], now: float, visibility: float) -> list[Leas
 
 def next_wake(leases: Sequence[Lease], now: float, visibility: float, interval: float) -> float:
     """When the next pass is due: after ``interval``, or earlier if a lease would otherwise
-    expire before (pure)."""
+    expire before (pure). A lease already past its expiry (an outcome waiting for its commit
+    through an outage) does not bring the pass forward: it is renewed every ``interval``."""
     wake = now + interval
     for lease in leases:
         if not lease.lost:
-            wake = min(wake, lease.confirmed_at + term(lease, visibility))
+            expiry = lease.confirmed_at + term(lease, visibility)
+            if expiry > now:
+                wake = min(wake, expiry)
     return wake
 
 
@@ -120,8 +129,15 @@ async def renew_pass(rt: QueueRuntime, visibility: float, *, late: bool = False)
         sent = anyio.current_time()
         bound = min(term(lease, visibility) for lease in chunk) * 2 / 3
         if not late:
-            earliest = min(lease.confirmed_at + term(lease, visibility) for lease in chunk)
-            bound = min(bound, earliest - sent)
+            # a running handler must not outlive its lease waiting on a hung server (an
+            # outcome past its expiry has no handler left to cancel)
+            expiries = [
+                lease.confirmed_at + term(lease, visibility)
+                for lease in chunk
+                if not (lease.handed or lease.returned)
+            ]
+            if expiries:
+                bound = min(bound, min(expiries) - sent)
         statuses: list[int] | None = None
         rt.stats.renewal_calls += 1
         try:
@@ -196,8 +212,11 @@ def _learn_term(rt: QueueRuntime, lease: Lease, seconds: float) -> None:
 
 def _expire(rt: QueueRuntime, now: float, visibility: float) -> None:
     for lease in expired(list(rt.leases), now, visibility):
-        if lease.handed or lease.returned:  # its handler returned: the commit decides
-            lease.lost = True
+        if lease.handed or lease.returned:
+            # its handler returned: the outcome waits for its commit (an outage), so its lease
+            # is still renewed, fenced: if nobody took the entry meanwhile it is still this
+            # worker's, and this worker's own recovery (which renews first) must not take it
+            # from its completer and run the job again
             continue
         rt.stats.leases_expired += 1
         log.warning(

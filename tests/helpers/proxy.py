@@ -27,6 +27,8 @@ class FaultProxy:
         self.cut_done = anyio.Event()
         self.piece_size = 0
         self.pieces = 0
+        self.down = False
+        self._links: set[anyio.CancelScope] = set()
 
     @property
     def url(self) -> str:
@@ -36,6 +38,16 @@ class FaultProxy:
         """Drop the next server-to-client chunk matching ``predicate`` and close that link."""
         self.cut_done = anyio.Event()
         self._cut_when = predicate
+
+    def go_down(self) -> None:
+        """A network outage: close every link, and every new one at once, until
+        :meth:`come_back` (nothing sent meanwhile reaches the server)."""
+        self.down = True
+        for scope in self._links:
+            scope.cancel()
+
+    def come_back(self) -> None:
+        self.down = False
 
     def split_replies(self, size: int) -> None:
         """Forward server-to-client bytes in pieces of at most ``size`` bytes."""
@@ -54,36 +66,46 @@ class FaultProxy:
     async def _handle(self, downstream: anyio.abc.SocketStream) -> None:
         self.connections += 1
         async with downstream:
-            try:
-                upstream = await anyio.connect_tcp(*self.upstream)
-            except OSError:
+            if self.down:
                 return
-            async with upstream, anyio.create_task_group() as tg:
+            with anyio.CancelScope() as link:
+                self._links.add(link)
+                try:
+                    await self._link(downstream)
+                finally:
+                    self._links.discard(link)
 
-                async def client_to_server() -> None:
-                    try:
-                        async for chunk in downstream:
-                            await upstream.send(chunk)
-                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                        pass
-                    tg.cancel_scope.cancel()
+    async def _link(self, downstream: anyio.abc.SocketStream) -> None:
+        try:
+            upstream = await anyio.connect_tcp(*self.upstream)
+        except OSError:
+            return
+        async with upstream, anyio.create_task_group() as tg:
 
-                async def server_to_client() -> None:
-                    try:
-                        async for chunk in upstream:
-                            cut = self._cut_when
-                            if cut is not None and cut(chunk):
-                                self._cut_when = None
-                                self.cuts += 1
-                                self.cut_done.set()
-                                break
-                            await self._forward(downstream, chunk)
-                    except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                        pass
-                    tg.cancel_scope.cancel()
+            async def client_to_server() -> None:
+                try:
+                    async for chunk in downstream:
+                        await upstream.send(chunk)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    pass
+                tg.cancel_scope.cancel()
 
-                tg.start_soon(client_to_server)
-                tg.start_soon(server_to_client)
+            async def server_to_client() -> None:
+                try:
+                    async for chunk in upstream:
+                        cut = self._cut_when
+                        if cut is not None and cut(chunk):
+                            self._cut_when = None
+                            self.cuts += 1
+                            self.cut_done.set()
+                            break
+                        await self._forward(downstream, chunk)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    pass
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(client_to_server)
+            tg.start_soon(server_to_client)
 
 
 @asynccontextmanager

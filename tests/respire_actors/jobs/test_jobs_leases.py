@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 import pytest
+from helpers.proxy import open_fault_proxy
 from jobs_helpers import (
     all_events,
     events_of_kind,
@@ -30,7 +31,7 @@ from jobs_helpers import (
 from respire_actors.codecs import StrCodec
 from respire_actors.jobs import ACK, Job, JobQueue, Outcome, QueueOptions, Worker
 from respire_actors.jobs.options import CONSUMER_GROUP
-from respire_actors.redis.client import RedisClient, connect
+from respire_actors.redis.client import ConnectionSettings, RedisClient, connect
 
 pytestmark = pytest.mark.anyio
 
@@ -511,3 +512,43 @@ async def test_an_outcome_whose_send_is_cancelled_leaves_no_lease_behind(
     finally:
         rt.completions.close()
         rt.deliveries.close()
+
+
+async def test_an_outcome_waiting_out_an_outage_longer_than_its_lease_is_not_run_again(
+    client: RedisClient, server_url: str, queue: JobQueue[str]
+) -> None:
+    """Found by review: handlers returned during a network outage longer than the visibility
+    timeout; their leases, expired unconfirmed, were no longer renewed, so when the server
+    came back this worker's own recovery claimed the entries before its completer's retry
+    committed them, and every finished job ran a second time (at the delivery limit it was
+    dead-lettered, though its handler had succeeded)."""
+    await queue.enqueue_many([(f"j{i}", "x") for i in range(4)])
+    port = ConnectionSettings.from_url(server_url).port
+    runs: dict[str, int] = {}
+    returned: list[str] = []
+
+    async def handler(job: Job[str]) -> Outcome:
+        runs[job.id] = runs.get(job.id, 0) + 1
+        await anyio.sleep(0.5)
+        returned.append(job.id)
+        return ACK
+
+    options = fast_options(
+        visibility_timeout=timedelta(seconds=1),
+        recovery_interval=timedelta(milliseconds=200),
+    )
+    async with (
+        open_fault_proxy(port) as proxy,
+        connect(f"{proxy.url}?command_timeout=0.5") as proxied,
+        running_worker(proxied, queue.name, handler, options=options) as worker,
+    ):
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: len(runs) == 4)
+        proxy.go_down()
+        await wait_until(lambda: len(returned) == 4)  # outcomes decided while down
+        await anyio.sleep(6)  # well past the visibility timeout (the commit retries back off)
+        proxy.come_back()
+        await wait_until(lambda: stats.acked == 4, timeout=20)
+        await anyio.sleep(1.0)  # a recovery pass or two after the commits
+    assert runs == {f"j{i}": 1 for i in range(4)}
+    assert await client.execute("XLEN", queue.keys.dead) == 0
