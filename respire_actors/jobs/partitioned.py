@@ -127,15 +127,18 @@ class PartitionedJobQueue(Generic[T]):
         validate_job_id(job_id)
         return self.queues[self.partition_of(job_id if ordering_key is None else ordering_key)]
 
-    async def check(self) -> None:
+    async def check(self, first: str = "enqueue") -> None:
         """Record the partition count in Redis, or compare it with the recorded one (done once
-        before the first enqueue; call it to fail early). Raises
-        :class:`~respire_actors.errors.PartitionCountMismatch`."""
+        before the first enqueue; call it to fail early). Before recording it, checks that
+        this client may do ``first`` (``"enqueue"`` or ``"schedule"``, a scheduled enqueue) on
+        every partition, so a refused producer records nothing. Raises
+        :class:`~respire_actors.errors.PartitionCountMismatch` or
+        :class:`~respire_actors.errors.PermissionDenied`."""
         if self._checked:
             return
         async with self._lock:
             if not self._checked:
-                await verify_partition_count(self.client, self.name, self.partitions)
+                await verify_partition_count(self.client, self.name, self.partitions, first=first)
                 self._checked = True
 
     async def _verify(self) -> None:
@@ -223,7 +226,9 @@ class PartitionedJobQueue(Generic[T]):
         if ordering_key is None and isinstance(options, JobEnqueueOptions):
             ordering_key = options.group
         queue = self.queue_for(job_id, ordering_key)
-        return await queue._enqueue_scheduled(job_id, payload, options, wait, self.check)
+        return await queue._enqueue_scheduled(
+            job_id, payload, options, wait, partial(self.check, "schedule")
+        )
 
     # -- application groups (docs/groups.md), each in the partition of its name -------------
     def group_queue(self, group: str) -> JobQueue[T]:

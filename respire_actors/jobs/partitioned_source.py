@@ -169,7 +169,9 @@ class PartitionedSource:
     async def ensure_group(self, on_missing: str) -> None:
         """Check the recorded partition count first (nothing is created on a mismatch), then
         each partition's consumer group as for a plain queue."""
-        await verify_partition_count(self.client, self.name, len(self.parts), copy=True)
+        await verify_partition_count(
+            self.client, self.name, len(self.parts), copy=True, first="worker"
+        )
         await gather([partial(p.ensure_group, on_missing) for p in self.parts])
 
     async def restore_group(self, on_missing: str) -> None:

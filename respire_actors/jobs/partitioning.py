@@ -89,7 +89,13 @@ def partition_names(name: str, partitions: int) -> tuple[str, ...]:
 
 
 async def verify_partition_count(
-    client: RedisClient, name: str, partitions: int, *, record: bool = True, copy: bool = False
+    client: RedisClient,
+    name: str,
+    partitions: int,
+    *,
+    record: bool = True,
+    copy: bool = False,
+    first: str = "enqueue",
 ) -> bool:
     """:func:`check_partition_count`, surviving the loss of the count key's node.
 
@@ -102,9 +108,11 @@ async def verify_partition_count(
     So one node's outage stops only the partitions it holds, for a producer or observer
     started during it too. The copies are written by whoever records the count, and with
     ``copy`` (a worker at start) by whoever confirms it: one pipelined call per partition,
-    too many for every producer object."""
+    too many for every producer object. ``first`` names what the caller does first
+    (``enqueue``, ``schedule`` or ``worker``): before recording a count, it is checked that
+    the caller may do that on every partition."""
     try:
-        status = await _check(client, name, partitions, record=record)
+        status = await _check(client, name, partitions, record=record, first=first)
     except _TRANSIENT as exc:
         if await _verify_by_copies(client, name, partitions):
             return True
@@ -157,17 +165,19 @@ def _compare(name: str, partitions: int, stored: int, key: str) -> None:
 
 
 async def check_partition_count(
-    client: RedisClient, name: str, partitions: int, *, record: bool = True
+    client: RedisClient, name: str, partitions: int, *, record: bool = True, first: str = "enqueue"
 ) -> bool:
     """Record ``partitions`` as queue ``name``'s count, or compare it with the recorded one.
     Before recording it checks that this client may write every partition (a producer whose
     ACL user lacks them is refused with nothing recorded). With ``record=False`` only compare
     (nothing is written; a queue with no recorded count passes). Returns whether a count is
     recorded now. Raises :class:`PartitionCountMismatch` when they differ."""
-    return await _check(client, name, partitions, record=record) != "absent"
+    return await _check(client, name, partitions, record=record, first=first) != "absent"
 
 
-async def _check(client: RedisClient, name: str, partitions: int, *, record: bool) -> str:
+async def _check(
+    client: RedisClient, name: str, partitions: int, *, record: bool, first: str = "enqueue"
+) -> str:
     """:func:`check_partition_count`, returning ``absent``, ``stored`` (recorded now) or
     ``match``."""
     key = partitions_key(name, client.key_prefix)
@@ -175,7 +185,7 @@ async def _check(client: RedisClient, name: str, partitions: int, *, record: boo
     if record and text(reply[0]) == "absent":
         # first of all: may this client write the partitions? A refused producer must not
         # leave a count behind that later ones would have to match
-        await _probe_partitions(client, name, partitions)
+        await _probe_partitions(client, name, partitions, first)
         reply = await _PARTITIONS(client, (key,), ("init", partitions))
     status = text(reply[0])
     if status == "absent":
@@ -184,13 +194,19 @@ async def _check(client: RedisClient, name: str, partitions: int, *, record: boo
     return "stored" if status == "stored" else "match"
 
 
-async def _probe_partitions(client: RedisClient, name: str, partitions: int) -> None:
-    """Raise :class:`~respire_actors.errors.PermissionDenied` unless this client may append
-    to every partition's ready stream (one pipelined round trip, nothing written)."""
-    calls = [
-        (_PROBE, (JobQueueKeys(partition_name(name, i), client.key_prefix).ready,), ())
-        for i in range(partitions)
-    ]
+PROBE_MODES = ("enqueue", "schedule", "worker")
+
+
+async def _probe_partitions(client: RedisClient, name: str, partitions: int, first: str) -> None:
+    """Raise :class:`~respire_actors.errors.PermissionDenied` unless this client may do
+    ``first`` (see :data:`PROBE_MODES`) on every partition: every command the first script
+    needs (one pipelined round trip, nothing written)."""
+    if first not in PROBE_MODES:
+        raise ValueError(f"unknown first operation {first!r}")
+    calls = []
+    for i in range(partitions):
+        k = JobQueueKeys(partition_name(name, i), client.key_prefix)
+        calls.append((_PROBE, (k.ready, k.control, k.dedup("probe"), k.scheduled, k.due), (first,)))
     for reply in await run_many(client, calls):
         if isinstance(reply, BaseException):
             raise reply

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import zlib
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import anyio
@@ -19,6 +19,7 @@ from respire_actors import (
     ACK,
     NACK,
     Job,
+    JobEnqueueOptions,
     PartitionCountMismatch,
     PartitionedJobQueue,
     QueueOptions,
@@ -31,7 +32,10 @@ from respire_actors import (
 from respire_actors.acl import acl_rules
 from respire_actors.errors import PermissionDenied, WrongKeyType
 from respire_actors.jobs import partition_names, partition_of
-from respire_actors.keys import partitions_key
+from respire_actors.jobs.options import CONSUMER_GROUP
+from respire_actors.jobs.partitioned_source import PartitionedSource
+from respire_actors.jobs.source import JobSource
+from respire_actors.keys import JobQueueKeys, partition_name, partitions_key
 from respire_actors.redis.client import RedisClient
 
 pytestmark = pytest.mark.anyio
@@ -551,6 +555,59 @@ async def test_a_user_refused_the_partitions_records_no_partition_count(
     queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=8)
     await queue.enqueue("a", "x")
     assert await client.execute("GET", partitions_key(unique_name)) == b"8"
+
+
+async def _enqueue_partitioned(c: RedisClient, name: str) -> None:
+    await PartitionedJobQueue(c, name, StrCodec(), partitions=4).enqueue("a", "x")
+
+
+async def _schedule_partitioned(c: RedisClient, name: str) -> None:
+    queue = PartitionedJobQueue(c, name, StrCodec(), partitions=4)
+    await queue.enqueue_scheduled("a", "x", JobEnqueueOptions(delay=timedelta(seconds=5)))
+
+
+async def _start_partitioned_worker(c: RedisClient, name: str) -> None:
+    parts = [
+        JobSource(c, JobQueueKeys(partition_name(name, i), c.key_prefix), "w", CONSUMER_GROUP)
+        for i in range(4)
+    ]
+    await PartitionedSource(c, name, parts, CONSUMER_GROUP).ensure_group("start")
+
+
+PARTITION_MISSING = [
+    ("producer", "hget", _enqueue_partitioned),
+    ("producer", "xdel", _enqueue_partitioned),
+    ("producer", "set", _enqueue_partitioned),
+    ("producer", "zadd", _schedule_partitioned),
+    ("producer", "time", _schedule_partitioned),
+    ("worker", "xgroup|create", _start_partitioned_worker),
+    ("worker", "hset", _start_partitioned_worker),
+]
+
+
+@pytest.mark.parametrize(
+    ("role", "command", "action"),
+    PARTITION_MISSING,
+    ids=[f"{r}-{c}" for r, c, _ in PARTITION_MISSING],
+)
+async def test_a_user_missing_one_command_records_no_partition_count(
+    client: RedisClient,
+    server_url: str,
+    unique_name: str,
+    role: str,
+    command: str,
+    action: Callable[[RedisClient, str], Awaitable[None]],
+) -> None:
+    """Found by review: the check before recording the count only asked for XADD, so a
+    producer refused HGET or XDEL (or a worker refused XGROUP CREATE) recorded its count and
+    only then failed; a count left by a misconfigured process locks out the right ones."""
+    user = f"{unique_name}-{role}"
+    rules = [*acl_rules(role, partition_names(unique_name, 4)), f"-{command}"]
+    async with acl_user(client, server_url, user, rules) as restricted:
+        with pytest.raises(PermissionDenied) as caught:
+            await action(restricted, unique_name)
+    assert caught.value.command == command
+    assert await client.execute("KEYS", f"*{unique_name}*") == []
 
 
 async def test_a_busy_partition_does_not_starve_a_newly_filled_one(
