@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
+from helpers.acl import acl_denials, acl_user
 from reliable_helpers import pending_count, text
 
 from respire_actors.codecs import StrCodec
@@ -141,3 +143,45 @@ async def test_topic_scripts_preflight_types(client: RedisClient, unique_name: s
         await topic.publish("x", dedup_id="d")
     assert await client.execute("EXISTS", topic.keys.dedup("d")) == 0
     assert text(await client.execute("GET", topic.stream_key)) == "oops"
+
+
+def documented_recipe() -> list[str]:
+    """The rules of the ACL SETUSER example in docs/reliable-queue.md."""
+    docs = Path(__file__).resolve().parents[3] / "docs" / "reliable-queue.md"
+    lines = docs.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("ACL SETUSER orders-app"))
+    block: list[str] = []
+    for line in lines[start:]:
+        if line.startswith("```"):
+            break
+        block.extend(line.split())
+    _, _, _user, on, password, *rules = block
+    assert (on, password) == ("on", ">secret")
+    return rules
+
+
+async def test_the_documented_recipe_runs_the_whole_path_with_nothing_denied(
+    client: RedisClient, server_url: str, unique_name: str
+) -> None:
+    """Found by review: the docs asked for INFO (never sent any more) and left out COMMAND
+    INFO, so every connection of a user set up by the recipe left a denial in the ACL log."""
+    rules = [
+        rule.replace("~{respire-queue:*}*", f"~{{respire-queue:{unique_name}}}*")
+        for rule in documented_recipe()
+    ]
+    user = f"rq-{unique_name}"
+    async with acl_user(client, server_url, user, rules) as restricted:
+        queue = ReliableQueue(restricted, unique_name, StrCodec(), delivery_limit=2)
+        await queue.send("a", dedup_id="a")
+        await queue.send_many(["b", "c"])
+        received = await queue.receive(30, max=3)
+        assert len(received) == 3
+        assert await queue.ack(received[0]) is True
+        assert await queue.ack_many([received[1]]) == [True]
+        assert await queue.nack(received[2]) is True
+        (again,) = await queue.receive(30)
+        assert await queue.nack(again) is True  # its second delivery: the limit
+        assert await queue.receive(30) == []  # ... so it went to the dead letters
+        assert len(await queue.dead_letters()) == 1
+        assert (await queue.inspect()).dead_letters == 1
+    assert await acl_denials(client, user) == []
