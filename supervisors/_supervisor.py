@@ -583,14 +583,28 @@ class Supervisor:
             failure.__cause__ = exc
             run.error = failure
         except BaseExceptionGroup as group:
-            # the same, raised inside the child's own task group (it arrives wrapped)
-            own, rest = group.split(asyncio.CancelledError)
-            if own is None or rest is not None or not _raised_by_child():
+            # raised inside the child's own task group (it arrives wrapped)
+            if group.subgroup((KeyboardInterrupt, SystemExit)) is not None:
+                run.escaping = True
                 raise
-            failure = RuntimeError(
-                f"child {spec.name!r} raised CancelledErrors of its own in a task group: "
-                "treated as a failure"
-            )
+            _, rest = group.split(anyio.get_cancelled_exc_class())
+            if rest is None:  # cancellations only
+                if anyio.get_cancelled_exc_class() is not asyncio.CancelledError or not (
+                    _raised_by_child()
+                ):
+                    raise  # this task is being cancelled
+                failure = RuntimeError(
+                    f"child {spec.name!r} raised CancelledErrors of its own in a task group: "
+                    "treated as a failure"
+                )
+            else:
+                # a BaseException that is not an Exception (an application's own subclass,
+                # GeneratorExit) among them: a failure, like the same exception unwrapped
+                failure = RuntimeError(
+                    f"child {spec.name!r} raised {type(rest).__name__} of {len(rest.exceptions)} "
+                    "exception(s) holding a BaseException that is not an Exception: treated as "
+                    "a failure"
+                )
             failure.__cause__ = group
             run.error = failure
         except (KeyboardInterrupt, SystemExit):

@@ -451,6 +451,47 @@ async def test_a_childs_base_exception_is_a_failure_not_a_clean_exit(
     assert not [r for r in caplog.records if "no exception" in r.getMessage()]
 
 
+async def test_a_base_exception_from_a_childs_own_task_group_is_a_failure() -> None:
+    """Found by review: an application's own BaseException raised in a task group inside the
+    child arrives as a BaseExceptionGroup, which escaped: the supervisor died, cancelling every
+    sibling without a stop request, instead of restarting the child."""
+    from supervisors import ChildSpec as Spec
+    from supervisors import Supervisor as Sup
+    from supervisors import current_child as child
+
+    events: list[str] = []
+
+    async def victim(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        ctx = child()
+        events.append(f"victim {ctx.restart_count}")
+        task_status.started()
+        if ctx.restart_count == 0:
+
+            async def boom() -> None:
+                raise _OwnBase()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(boom)
+        await ctx.wait_stop_requested()
+
+    async def sibling(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        task_status.started()
+        await child().wait_stop_requested()
+        events.append("sibling stopped gracefully")
+
+    sup = Sup("sup", [Spec("sibling", sibling), Spec("victim", victim)], backoff=None)
+    async with anyio.create_task_group() as tg:
+        await tg.start(sup.run)
+        with anyio.fail_after(5):
+            while "victim 1" not in events:  # noqa: ASYNC110 - the restart is awaited
+                await anyio.sleep(0.01)
+        assert sup.state.value == "running"
+        snapshot = sup.snapshot()
+        assert snapshot is not None and snapshot.children[1].restart_count == 1
+        await sup.stop()
+    assert events == ["victim 0", "victim 1", "sibling stopped gracefully"]
+
+
 _EXITING_TREE = """
 import sys
 import anyio
