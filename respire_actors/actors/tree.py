@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import anyio
 import anyio.abc
@@ -116,6 +117,24 @@ class _Started(anyio.abc.TaskStatus[None]):
         self._started(value)
 
 
+class _HostRoot(Supervisor):
+    """The root of a worker's tree: when it stops because a registration met an error no
+    restart can fix, its ``run`` raises that error, whether the worker's own ``run`` runs it
+    or the tree was composed (``build``) into the application's supervisor."""
+
+    def __init__(self, host: ConsumerHost, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._host = host
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        self._host._fatal = None  # a new run (a composed tree restarted by its parent, say)
+        await super().run(task_status=task_status)
+        if self._host._fatal is not None:
+            raise self._host._fatal
+
+
 class ConsumerHost:
     """What job workers and stream workers share: a root supervisor over one consumer
     supervisor per registration, graceful stop, statistics and snapshots."""
@@ -154,7 +173,8 @@ class ConsumerHost:
 
     def _root(self, children: Sequence[Supervisor]) -> Supervisor:
         self._fatal = None  # a new run: an earlier run's fatal error is not this run's
-        self._supervisor = Supervisor(
+        self._supervisor = _HostRoot(
+            self,
             self.name,
             [s.child_spec(restart=Restart.PERMANENT, shutdown=math.inf) for s in children],
             max_restarts=self.restart_limits.root_max_restarts,
@@ -194,8 +214,6 @@ class ConsumerHost:
             for rt in self._runtimes.values():
                 rt.deliveries.close()
                 rt.completions.close()
-        if self._fatal is not None:
-            raise self._fatal
 
     def request_stop(self) -> None:
         """Begin graceful shutdown (intake stops, handlers get their grace period). Requested

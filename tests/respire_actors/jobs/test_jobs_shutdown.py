@@ -489,3 +489,41 @@ async def test_a_worker_run_again_after_a_fatal_error_does_not_raise_it_again(
             await queue.enqueue("c", "x")
             await wait_until(lambda: "c" in seen)
             await worker.stop()
+
+
+async def test_a_composed_tree_raises_an_error_no_restart_can_fix(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Found by review: a tree from ``worker.build`` run by the application (or composed into
+    its supervisor) stopped gracefully and returned normally when its consumer group vanished,
+    so the worker was gone with no error anywhere (a parent supervisor even counted it as a
+    clean exit). Its ``run`` raises the error, as ``worker.run`` does."""
+    from respire_actors.errors import ConsumerGroupMissing
+    from respire_actors.jobs.options import CONSUMER_GROUP
+
+    queue = JobQueue(client, unique_name, StrCodec())
+    worker = Worker()
+    seen: list[str] = []
+
+    async def handler(job: Job[str]) -> Outcome:
+        seen.append(job.id)
+        return ACK
+
+    worker.register(unique_name, handler, StrCodec(), fast_options())
+    tree = worker.build(client)
+    errors: list[BaseException] = []
+
+    async def run_tree(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        try:
+            await tree.run(task_status=task_status)
+        except ConsumerGroupMissing as exc:
+            errors.append(exc)
+
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+            await tg.start(run_tree)
+            await queue.enqueue("a", "x")
+            await wait_until(lambda: seen == ["a"])
+            await client.execute("XGROUP", "DESTROY", queue.keys.ready, CONSUMER_GROUP)
+            await queue.enqueue("b", "x")
+    assert len(errors) == 1
