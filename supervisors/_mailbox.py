@@ -201,16 +201,18 @@ class Mailbox(Generic[T]):
     def statistics(self) -> MailboxStatistics:
         """Current counters and state (see :class:`MailboxStatistics`)."""
         stats = self._send.statistics()
+        closed = stats.open_send_streams == 0
         return MailboxStatistics(
             name=self._name,
             capacity=self._capacity,
-            buffered=stats.current_buffer_used,
+            # a closed mailbox has dropped what it buffered (nobody can receive it any more)
+            buffered=0 if closed else stats.current_buffer_used,
             senders_waiting=stats.tasks_waiting_send,
             receivers_waiting=stats.tasks_waiting_receive,
             sent=self._sent,
             received=self._received,
             rejected=self._rejected,
-            closed=stats.open_send_streams == 0,
+            closed=closed,
         )
 
     def __repr__(self) -> str:

@@ -139,6 +139,17 @@ async def test_closed_mailbox_refuses_everything() -> None:
     assert [m async for m in mailbox] == []
 
 
+async def test_a_closed_mailbox_reports_nothing_buffered() -> None:
+    """Found by review: the messages dropped by close() were still reported as buffered."""
+    mailbox = Mailbox[int](4, name="m")
+    mailbox.send_nowait(1)
+    mailbox.send_nowait(2)
+    assert mailbox.statistics().buffered == 2
+    mailbox.close()
+    stats = mailbox.statistics()
+    assert (stats.buffered, stats.sent, stats.received, stats.closed) == (0, 2, 0, True)
+
+
 async def test_views_expose_only_their_side() -> None:
     async with Mailbox[int](2) as mailbox:
         sender: MailboxSender[int] = mailbox.sender
