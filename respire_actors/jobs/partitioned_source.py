@@ -48,7 +48,7 @@ from ..actors.source import (
     RenewItem,
     renew_item,
 )
-from ..errors import RedisUnavailable, RespireError, ServerLoading
+from ..errors import ClusterReconfiguring, RedisUnavailable, RespireError, ServerLoading
 from ..redis.client import BlockingConnection, RedisClient
 from .partitioning import run_all as _run_all
 from .partitioning import verify_partition_count
@@ -112,6 +112,11 @@ async def gather_reachable(
     if failures and len(failures) == len(calls):
         raise failures[min(failures)]
     return out, (failures[min(failures)] if failures else None)
+
+
+def _slot_key(i: int) -> str:
+    """The key under which partition ``i`` is passed over while its slot cannot be served."""
+    return f"partition {i}"
 
 
 def _tagged(deliveries: Sequence[Delivery], origin: int) -> Sequence[Delivery]:
@@ -254,7 +259,9 @@ class PartitionedSource:
     def _reachable(self, i: int, now: float) -> bool:
         if not self._down:
             return True
-        return self._down.get(self._node(i), 0.0) <= now
+        return (
+            self._down.get(self._node(i), 0.0) <= now and self._down.get(_slot_key(i), 0.0) <= now
+        )
 
     def _probe_cap(self) -> float:
         return min(NODE_PROBE_S, self.client.settings.command_timeout)
@@ -265,7 +272,7 @@ class PartitionedSource:
         timeout would hold up the reader for every other partition."""
         node = self._node(i)
         if node not in self._down_for:
-            return True
+            return True  # up, or only its slot was passed over (that pause is simply waited out)
         with anyio.move_on_after(self._probe_cap()):
             try:
                 await self.client.execute("XLEN", self.stream_keys[i])
@@ -278,19 +285,31 @@ class PartitionedSource:
         return False
 
     def _mark_down(self, i: int, exc: BaseException) -> None:
-        node = self._node(i)
+        # a slot being migrated (TRYAGAIN) or served by nobody (CLUSTERDOWN for it) holds up
+        # its own partition only: the node answers for its other slots
+        slot = isinstance(exc, ClusterReconfiguring)
+        node = _slot_key(i) if slot else self._node(i)
         if self._down.get(node, 0.0) > anyio.current_time():
             return  # already passed over (another of its partitions failed at the same time)
         pause = min(self._down_for.get(node, NODE_RETRY_MIN / 2) * 2, NODE_RETRY_MAX)
         if node not in self._down_for:
-            log.warning(
-                "%s: the node of partition %d (%s) cannot be reached (%s); serving the other "
-                "partitions meanwhile",
-                self.name,
-                i,
-                node,
-                exc,
-            )
+            if slot:
+                log.warning(
+                    "%s: partition %d cannot be served right now (%s); serving the other "
+                    "partitions meanwhile",
+                    self.name,
+                    i,
+                    exc,
+                )
+            else:
+                log.warning(
+                    "%s: the node of partition %d (%s) cannot be reached (%s); serving the "
+                    "other partitions meanwhile",
+                    self.name,
+                    i,
+                    node,
+                    exc,
+                )
         self._down_for[node] = pause
         self._down[node] = anyio.current_time() + pause
         self._down_parts[i] = node
@@ -303,6 +322,9 @@ class PartitionedSource:
             now_at = self._node(i)
             if self._down_for.pop(was, None) is not None:
                 self._down.pop(was, None)
+                if was == _slot_key(i):
+                    log.warning("%s: partition %d is served again", self.name, i)
+                    return
                 if now_at == was:
                     log.warning("%s: the node of partition %d (%s) is back", self.name, i, was)
                 else:  # a replica took the slot over (failover), or it moved
@@ -517,15 +539,18 @@ class PartitionedSource:
         others' statuses, so the completer retries only those, apart from later batches."""
         groups = self._by_partition([c.delivery for c in batch])
         items = list(groups.items())
-        try:
-            replies, failure = await gather_reachable(
-                [
-                    partial(self.parts[i].complete, consumer, [batch[j] for j in idx])
-                    for i, idx in items
-                ]
-            )
-        except TRANSIENT as exc:  # none reached: still per partition, so they retry apart
-            replies, failure = [None] * len(items), exc
+        replies, failures = await _run_all(
+            [partial(self.parts[i].complete, consumer, [batch[j] for j in idx]) for i, idx in items]
+        )
+        other = [k for k, exc in failures.items() if not isinstance(exc, TRANSIENT)]
+        if other:
+            raise failures[min(other)]
+        failure = failures[min(failures)] if failures else None
+        for k, exc in failures.items():
+            if isinstance(exc, ClusterReconfiguring):
+                # its slot is migrating: read no more of its jobs meanwhile (their outcomes
+                # could not be committed either), the other partitions go on
+                self._mark_down(items[k][0], exc)
         statuses: list[int | None] = [None] * len(batch)
         for (_, idx), reply in zip(items, replies, strict=True):
             if reply is not None:

@@ -26,6 +26,7 @@ from respire_actors import (
     Job,
     JobEnqueueOptions,
     JobQueue,
+    PartitionedJobQueue,
     QueueOptions,
     StrCodec,
     Worker,
@@ -320,3 +321,54 @@ async def test_a_completion_reaching_an_absent_undeclared_key_mid_migration_wait
     messages = [r.getMessage() for r in caplog.records]
     untyped = [m for m in messages if "non local key" in m and "could not serve" not in m]
     assert not untyped, untyped[:3]
+
+
+async def test_a_partition_whose_slot_migrates_holds_up_only_itself(own_cluster: Cluster) -> None:
+    """Found by review: a partition whose slot was migrating (TRYAGAIN) was taken for its
+    whole node being down, so every partition on that master was passed over for up to 5 s at
+    a time, again and again, for the whole move. Only the migrating partition waits now."""
+    partitions = 12
+    async with connect(own_cluster.url, cluster_retry_timeout=0.3) as client:
+        pq = PartitionedJobQueue(client, "pm", StrCodec(), partitions=partitions)
+        slots = [key_slot(q.keys.ready) for q in pq.queues]
+        owners = [own_cluster.owner_of(slot).port for slot in slots]
+        moving = 0
+        siblings = [i for i in range(1, partitions) if owners[i] == owners[moving]]
+        assert siblings, owners
+        handled: dict[str, float] = {}
+
+        async def handler(job: Job[str]) -> None:
+            handled[job.id] = anyio.current_time()
+
+        worker = Worker()
+        options = WorkerOptions(consumer_count=8, poll_interval=0.05, recovery_interval=0.2)
+        worker.register("pm", handler, StrCodec(), options, partitions=partitions)
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run, client)
+            for i, q in enumerate(pq.queues):  # every partition's keys exist
+                await q.enqueue(f"warm-{i}", "x")
+            await wait_until(lambda: len(handled) == partitions, timeout=20)
+            source = own_cluster.owner_of(slots[moving])
+            target = next(n for n in own_cluster.nodes if n.port != source.port)
+            target.execute(
+                "CLUSTER", "SETSLOT", slots[moving], "IMPORTING", source.execute("CLUSTER", "MYID")
+            )  # type: ignore[arg-type]
+            source.execute(
+                "CLUSTER", "SETSLOT", slots[moving], "MIGRATING", target.execute("CLUSTER", "MYID")
+            )  # type: ignore[arg-type]
+            latencies: list[float] = []
+            try:
+                for n in range(20):  # about 4 s of the slot half-migrated
+                    sibling = pq.queues[siblings[n % len(siblings)]]
+                    sent = anyio.current_time()
+                    await sibling.enqueue(f"s-{n}", "x")
+                    await wait_until(lambda n=n: f"s-{n}" in handled, timeout=20)  # type: ignore[misc]
+                    latencies.append(handled[f"s-{n}"] - sent)
+                    await anyio.sleep(0.1)
+            finally:
+                for node in (source, target):
+                    node.execute("CLUSTER", "SETSLOT", slots[moving], "STABLE")
+            await pq.queues[moving].enqueue("after", "x")
+            await wait_until(lambda: "after" in handled, timeout=20)  # served again by itself
+            await worker.stop()
+    assert max(latencies) < 1.5, latencies
