@@ -28,6 +28,7 @@ class Admission:
         self._capacity = capacity
         self._in_use = 0
         self._waiting = 0
+        self._draining = 0  # holders waiting to run alone (take_all_others)
         self._changed = anyio.Event()
 
     @property
@@ -35,14 +36,18 @@ class Admission:
         return self._capacity - self._in_use
 
     def take_nowait(self, most: int) -> int:
-        """Take up to ``most`` free permits without waiting; returns how many were taken."""
+        """Take up to ``most`` free permits without waiting; returns how many were taken (none
+        while a holder waits to run alone)."""
+        if self._draining:
+            return 0
         n = max(0, min(most, self.free))
         self._in_use += n
         return n
 
     async def take(self, most: int) -> int:
-        """Wait until at least one permit is free, then take up to ``most`` of them."""
-        while self.free <= 0:
+        """Wait until at least one permit is free (and no holder waits to run alone), then
+        take up to ``most`` of them."""
+        while self.free <= 0 or self._draining:
             self._waiting += 1
             try:
                 await self._changed.wait()
@@ -50,14 +55,48 @@ class Admission:
                 self._waiting -= 1
         return self.take_nowait(most)
 
+    def hold_back(self) -> None:
+        """A permit holder will run alone: from now on nobody else takes a permit, until
+        :meth:`let_in`. Called when such a delivery is dispatched, so nothing more is read or
+        claimed while it waits for its turn."""
+        self._draining += 1
+
+    def let_in(self) -> None:
+        """The end of :meth:`hold_back` (the alone delivery ended, or never ran)."""
+        self._draining -= 1
+        self._notify()
+
+    async def take_all_others(self) -> int:
+        """For a holder of one permit that runs alone (after :meth:`hold_back`): wait until
+        every other permit is back, taking each as it comes back. Returns how many were taken
+        (``capacity - 1``, to :meth:`release` when it ends); on cancellation they are given
+        back."""
+        want = self._capacity - 1
+        taken = 0
+        try:
+            while taken < want:
+                n = min(want - taken, self.free)
+                if n:
+                    self._in_use += n
+                    taken += n
+                    continue
+                await self._changed.wait()
+        except BaseException:
+            self.release(taken)
+            raise
+        return taken
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
     def release(self, n: int = 1) -> None:
         if n <= 0:
             return
         if n > self._in_use:
             raise RuntimeError("released more permits than were taken")
         self._in_use -= n
-        self._changed.set()
-        self._changed = anyio.Event()
+        self._notify()
 
     async def wait_idle(self) -> None:
         """Wait until every permit is back."""

@@ -9,6 +9,7 @@ import random
 import anyio
 
 from ..errors import ConsumerGroupMissing
+from .isolation import suspect_from
 from .runtime import QueueRuntime, log
 from .source import ClaimResult
 from .telemetry import log_claimed, log_recovery_dead_letters
@@ -42,12 +43,21 @@ def dispatch_page(rt: QueueRuntime, mode: str, result: ClaimResult, taken: int) 
     log_claimed(rt, mode, result.deliveries)
     log_recovery_dead_letters(rt, result.dead_lettered)
     now = anyio.current_time()
+    # the claim script returns a suspect alone in its page (one suspect per page: two
+    # waiting for each other's permits would never run)
+    alone_from = 0
+    if rt.options.isolate_suspects and len(result.deliveries) == 1:
+        alone_from = suspect_from(rt.delivery_limit)
     for delivery in result.deliveries:
         if mode == "replay":
             rt.stats.replayed += 1
         else:
             rt.stats.recovered += 1
         delivery.received_at = now
+        if alone_from and delivery.attempt >= alone_from:
+            # a suspect (alone in its page): nothing else is admitted until it has run alone
+            delivery.alone = True
+            rt.admission.hold_back()
         rt.deliveries.send_nowait(delivery)
 
 

@@ -168,6 +168,9 @@ class Delivery:
     attempt: int
     received_at: float = 0.0
     origin: int = 0
+    alone: bool = False
+    """A suspect of crashing its workers, to run with no other handler (actors/isolation.py);
+    set when recovery dispatches it, which holds every other admission back until it ends."""
 
     @property
     def job_id(self) -> str:

@@ -256,6 +256,10 @@ class WorkerOptions:
                          When it runs out the handler is cancelled and the nack path applies
                          (reason ``processing-failed``). With ``renew_leases=False`` it may not
                          exceed the visibility timeout (the lease would end first)
+    isolate_suspects:    (default True) a delivery redelivered twice without an outcome (once
+                         with a delivery limit of 3 or less) runs alone in its registration, so
+                         a job that crashes its process does not drag the jobs beside it to
+                         their delivery limit (docs/job-queue.md, "Poison jobs")
     retention:           job workers only: the retention keeper's policy for the queue's
                          acknowledged ready entries, events and dead letters (default
                          :data:`DEFAULT_RETENTION`, seven days). None turns it off, and then
@@ -284,6 +288,7 @@ class WorkerOptions:
     dead_letter_undecodable: bool = False
     renew_leases: bool = True
     timeout: timedelta | float | None = None
+    isolate_suspects: bool = True
     retention: Retention | None = DEFAULT_RETENTION
 
     def __post_init__(self) -> None:
@@ -350,6 +355,8 @@ class WorkerOptions:
             raise ValidationError("dead_letter_undecodable must be a bool")
         if not isinstance(self.renew_leases, bool):
             raise ValidationError("renew_leases must be a bool")
+        if not isinstance(self.isolate_suspects, bool):
+            raise ValidationError("isolate_suspects must be a bool")
         if self.timeout is not None:
             budget = duration_ms(self.timeout, what="timeout")
             if not self.renew_leases and budget > visibility_ms(self.visibility_timeout):

@@ -180,7 +180,9 @@ async def _run_and_settle(
     outcome: object = None
     failed = False
     failure: BaseException | None = None  # what the handler raised, for the dead letter
-    with anyio.CancelScope(deadline=min(deadline, budget_end)) as scope:
+    # a suspect of crashing its workers runs alone (actors/isolation.py)
+    alone = delivery.alone
+    with anyio.CancelScope(deadline=deadline if alone else min(deadline, budget_end)) as scope:
         arg.cancel_scope = scope
         lease: Lease | None = None
         if rt.options.renew_leases:
@@ -196,7 +198,23 @@ async def _run_and_settle(
                 rt.lease_added.set()
             rt.leases.add(lease)
             lease_box.append(lease)
+        held = 0  # the other admission permits a suspect holds while it runs
         try:
+            if alone:
+                # it waits, under its lease (renewed), for the handlers beside it to end, and
+                # nothing else is admitted until it ends; its budget starts after the wait
+                rt.stats.isolated += 1
+                log.warning(
+                    "%r of %s is delivered for the %d. time with no outcome before: it runs "
+                    "alone, in case it is what crashed its workers",
+                    label,
+                    rt.name,
+                    delivery.attempt,
+                )
+                held = await rt.admission.take_all_others()
+                if budget:
+                    budget_end = anyio.current_time() + budget
+                scope.deadline = min(deadline, budget_end)
             outcome = await run_handler(rt, delivery, arg, record)
         except Exception as exc:
             failed, failure = True, exc
@@ -237,6 +255,8 @@ async def _run_and_settle(
                 # the handler asked the process to end: stop the worker gracefully (the jobs
                 # beside it finish and commit), then ``run`` raises it
                 rt.fail(exc)
+        finally:
+            rt.admission.release(held)
     if arg.lease_lost:
         log.warning("%r of %s lost its lease; left pending for recovery", label, rt.name)
         return
@@ -495,6 +515,8 @@ async def _runner_loop(rt: QueueRuntime) -> None:
             await process(rt, delivery, delivery.received_at + visibility, budget)
         finally:
             rt.admission.release(1)
+            if delivery.alone:
+                rt.admission.let_in()
 
 
 async def run_runner_pool(

@@ -103,6 +103,8 @@ class WorkerStatistics:
     # handlers cancelled by their execution budget (WorkerOptions.timeout); they take the
     # nack path
     timed_out: int = 0
+    # suspect deliveries (redelivered without an outcome) whose handlers ran alone
+    isolated: int = 0
     # batch members acknowledged as cancelled without running (their batch was cancelled)
     cancelled: int = 0
     # lease renewal (WorkerOptions.renew_leases): passes run, script calls made, leases

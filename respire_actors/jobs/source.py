@@ -77,6 +77,9 @@ class JobSource:
         self.selection_batch = selection_batch
         # Per-minute completion counters (0: off), committed by the completion scripts.
         self.metrics_retention = metrics_retention
+        # Crash-loop isolation (actors/isolation.py): the delivery count from which a claimed
+        # entry comes alone in its recovery page (0: off); set by the worker registration.
+        self.alone_from = 0
 
     async def _group(self, context: str, on_missing: str) -> None:
         reply = await _JOB_GROUP(
@@ -211,6 +214,7 @@ class JobSource:
                 limit,
                 self.settle,
                 self.metrics_retention,
+                self.alone_from,
             ),
         )
         return claim_result(reply)

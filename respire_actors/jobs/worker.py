@@ -33,6 +33,7 @@ import anyio.abc
 from supervisors import ChildSpec, Mailbox, Supervisor
 
 from ..actors.admission import Admission
+from ..actors.isolation import suspect_from
 from ..actors.messages import Completion, Delivery
 from ..actors.options import (
     CONSUMER_GROUP,
@@ -214,7 +215,7 @@ class Worker(ConsumerHost):
         o, qo = reg.options, reg.queue_options
         keys = JobQueueKeys(queue, client.key_prefix)
         dead = keys.custom(o.dead_letter_stream) if o.dead_letter_stream else keys.dead
-        return JobSource(
+        source = JobSource(
             client,
             keys,
             dead,
@@ -224,6 +225,9 @@ class Worker(ConsumerHost):
             selection_batch=qo.scheduling_batch_size if qo else None,
             metrics_retention=qo.metrics_retention_minutes if qo else 0,
         )
+        if o.isolate_suspects:
+            source.alone_from = suspect_from(o.delivery_limit or 0)
+        return source
 
     def _runtime(self, client: RedisClient, reg: Registration) -> QueueRuntime:
         o = reg.options

@@ -20,6 +20,11 @@
 -- ARGV[8]  acknowledgement: 'ack' (default, keep the body) or 'delete' (see lib/fence.lua)
 -- ARGV[9]  optional metrics retention in minutes (0 = off, the default; 1 .. 1440: count the
 --          delivery-limit dead letters as failed in <ready>:metrics, see lib/metrics.lua)
+-- ARGV[10] optional crash-loop isolation: a delivery count (0 = off, the default) from which a
+--          claimed entry is a suspect that must run alone: a page then holds one suspect and
+--          nothing else (it ends before a suspect that is not its first entry, and right after
+--          one that is), so no other entry is charged a delivery should the suspect crash its
+--          worker (the worker runs it with no other handler; see actors/isolation.py)
 --
 -- Admission (pause, then the rate limit, which lowers the page size to the permits left) is
 -- checked before anything is claimed, so a denied page changes no entry and counts no attempt.
@@ -70,6 +75,10 @@ local ack_mode, merr = respire_ack_mode(ready, group, ARGV[8] or 'ack')
 if not ack_mode then return merr end
 local retention, rerr = respire_metrics_arg(ARGV[9])
 if not retention then return rerr end
+local alone_from = tonumber(ARGV[10] or '0')
+if not alone_from or alone_from < 0 or alone_from % 1 ~= 0 then
+  return redis.error_reply('RESPIRE_ARGUMENT bad recovery arguments')
+end
 local status, allowed, window = respire_admit(control, count)
 if status == 'paused' then return {'paused'} end
 if status == 'limited' then
@@ -125,6 +134,12 @@ local function now()
 end
 local claim_idle = 0
 if mode == 'recover' then claim_idle = min_idle end
+local function after(id)  -- the cursor that resumes the pass right after entry `id`
+  if mode == 'replay' then return id end
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return ms .. '-' .. string.format('%d', tonumber(seq) + 1)
+end
+local previous = '0-0'  -- the row before this one (replay resumes after it)
 for _, row in ipairs(rows) do
   local id, handled = row[1], tonumber(row[4])
   local fields = respire_entry(ready, id)
@@ -132,6 +147,13 @@ for _, row in ipairs(rows) do
   local prior = tonumber(respire_field(fields, '_respire.job.attempts') or '0') or 0
   local finishing = not fields or respire_expired(fields, now)
                     or (limit > 0 and prior + handled >= limit)
+  local suspect = alone_from > 0 and handled + 1 >= alone_from and not finishing
+  if suspect and #claimed > 0 then
+    -- a suspect runs alone: the page ends before it, the next one starts with it
+    if mode == 'replay' then next_cursor = previous else next_cursor = id end
+    break
+  end
+  previous = id
   local p, reason, tat = nil, nil, nil
   local c, plan, perr = nil, nil, nil
   if coordinated and fields and limit > 0 and prior + handled >= limit
@@ -194,6 +216,10 @@ for _, row in ipairs(rows) do
     else
       if g then respire_group_take(policy, leases, owners, g, id, consumer, handled + 1, now(), p, tat) end
       claimed[#claimed + 1] = {id, fields, handled + 1}
+      if suspect then  -- alone in its page: the next page starts after it
+        next_cursor = after(id)
+        break
+      end
     end
   end
 end

@@ -169,6 +169,9 @@ class StreamWorkerOptions:
             renew_leases=self.renew_leases,
             timeout=self.timeout,
             telemetry_name=self.telemetry_name,
+            # crash-loop isolation needs recovery pages that hold one suspect alone, which only
+            # the job queue's claim script makes
+            isolate_suspects=False,
         )
 
 

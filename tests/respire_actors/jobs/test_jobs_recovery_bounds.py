@@ -168,3 +168,32 @@ async def test_under_a_rate_limit_recovery_precedes_new_reads(
     page = await source.claim("me", "recover", reply.last_id, 5, 60_000, 5)
     assert [d.entry_id for d in page.deliveries] == [stale.entry_id]
     assert (await source.read("me", 5, 60_000)).status == "ok"  # nothing that stale: reads go on
+
+
+@pytest.mark.parametrize("mode", ["recover", "replay"])
+async def test_a_suspect_comes_alone_in_its_recovery_page(
+    client: RedisClient, queue: JobQueue[str], mode: str
+) -> None:
+    """Crash-loop isolation (docs/job-queue.md, "Poison jobs"): a page ends before an entry
+    whose delivery count reaches the suspect threshold and holds that entry alone, so a
+    suspect that crashes its worker charges no other entry a delivery."""
+    await queue.enqueue_many([(f"j{i}", "x") for i in range(5)])
+    await create_group(client, queue.keys)
+    entries = await deliver(client, queue.keys, "crashed", 5)
+    suspect = entries[2].entry_id
+    # j2 has been delivered twice already (its next delivery is the third: a suspect)
+    await client.execute(
+        "XCLAIM", queue.keys.ready, "respire", "crashed", 0, suspect, "RETRYCOUNT", 2, "JUSTID"
+    )
+    source = JobSource(client, queue.keys, queue.keys.dead, "respire")
+    source.alone_from = 3
+    consumer = "me" if mode == "recover" else "crashed"
+    pages: list[list[tuple[str, int]]] = []
+    cursor = "0-0"
+    while True:
+        page = await source.claim(consumer, mode, cursor, 10, 0, 5)
+        pages.append([(d.job_id, d.attempt) for d in page.deliveries])
+        cursor = page.next_cursor
+        if cursor == "0-0":
+            break
+    assert pages == [[("j0", 2), ("j1", 2)], [("j2", 3)], [("j3", 2), ("j4", 2)]]
