@@ -205,8 +205,8 @@ async def _run_and_settle(
                 # nothing else is admitted until it ends; its budget starts after the wait
                 rt.stats.isolated += 1
                 log.warning(
-                    "%r of %s is delivered for the %d. time with no outcome before: it runs "
-                    "alone, in case it is what crashed its workers",
+                    "%r of %s is on its delivery %d, the earlier ones ended with no outcome: "
+                    "it runs alone, in case it is what crashed its workers",
                     label,
                     rt.name,
                     delivery.attempt,
