@@ -28,7 +28,8 @@ class Admission:
         self._capacity = capacity
         self._in_use = 0
         self._waiting = 0
-        self._draining = 0  # holders waiting to run alone (take_all_others)
+        self._draining = 0  # held-back holders (hold_back): suspects to run alone
+        self._alone = False  # one of them runs now
         self._changed = anyio.Event()
 
     @property
@@ -56,35 +57,27 @@ class Admission:
         return self.take_nowait(most)
 
     def hold_back(self) -> None:
-        """A permit holder will run alone: from now on nobody else takes a permit, until
-        :meth:`let_in`. Called when such a delivery is dispatched, so nothing more is read or
-        claimed while it waits for its turn."""
+        """A permit holder will run alone (a suspect, see actors/isolation.py): from now on
+        nobody else takes a permit, until :meth:`let_in`. Called when such a delivery is
+        dispatched, so nothing more is read or claimed while it waits for its turn."""
         self._draining += 1
 
     def let_in(self) -> None:
-        """The end of :meth:`hold_back` (the alone delivery ended, or never ran)."""
+        """The end of :meth:`hold_back` (the suspect ended, or never ran)."""
         self._draining -= 1
         self._notify()
 
-    async def take_all_others(self) -> int:
-        """For a holder of one permit that runs alone (after :meth:`hold_back`): wait until
-        every other permit is back, taking each as it comes back. Returns how many were taken
-        (``capacity - 1``, to :meth:`release` when it ends); on cancellation they are given
-        back."""
-        want = self._capacity - 1
-        taken = 0
-        try:
-            while taken < want:
-                n = min(want - taken, self.free)
-                if n:
-                    self._in_use += n
-                    taken += n
-                    continue
-                await self._changed.wait()
-        except BaseException:
-            self.release(taken)
-            raise
-        return taken
+    async def wait_alone(self) -> None:
+        """For a held-back holder: wait until it may run alone, that is until every permit
+        still taken is a held-back holder's (they run one at a time; the ones waiting run
+        nothing) and no other runs alone. Then it runs alone until :meth:`alone_done`."""
+        while self._alone or self._in_use > self._draining:
+            await self._changed.wait()
+        self._alone = True
+
+    def alone_done(self) -> None:
+        self._alone = False
+        self._notify()
 
     def _notify(self) -> None:
         self._changed.set()

@@ -11,9 +11,13 @@ suspect and runs **alone** in its registration:
 
 - recovery claims it in a page of its own (``job_claim_pending`` ends a page before a suspect
   and right after one), so no other entry is charged a delivery along with it;
-- its runner then takes every other admission permit as the handlers beside it finish
-  (:meth:`~respire_actors.actors.admission.Admission.take_all_others`): nothing else is read,
-  claimed or started until it ends.
+- dispatching it holds every other admission back
+  (:meth:`~respire_actors.actors.admission.Admission.hold_back`), and its runner waits until
+  the handlers beside it have finished and no other suspect runs
+  (:meth:`~respire_actors.actors.admission.Admission.wait_alone`): nothing else is read,
+  claimed or started until it ends; suspects claimed at once (the reader's recover claim and
+  the sweeper's) run one after the other, and one still waiting when the worker stops is
+  not started.
 
 The poison then crashes alone and reaches the delivery limit by itself; its former neighbours,
 suspects too, run one at a time and finish. The wait happens under the delivery's lease

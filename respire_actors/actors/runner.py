@@ -198,12 +198,11 @@ async def _run_and_settle(
                 rt.lease_added.set()
             rt.leases.add(lease)
             lease_box.append(lease)
-        held = 0  # the other admission permits a suspect holds while it runs
+        running_alone = False
         try:
             if alone:
                 # it waits, under its lease (renewed), for the handlers beside it to end, and
                 # nothing else is admitted until it ends; its budget starts after the wait
-                rt.stats.isolated += 1
                 log.warning(
                     "%r of %s is on its delivery %d, the earlier ones ended with no outcome: "
                     "it runs alone, in case it is what crashed its workers",
@@ -211,7 +210,15 @@ async def _run_and_settle(
                     rt.name,
                     delivery.attempt,
                 )
-                held = await rt.admission.take_all_others()
+                with current_child().stop_scope():
+                    await rt.admission.wait_alone()
+                    running_alone = True
+                if not running_alone:
+                    # the worker is stopping: a suspect not started yet stays pending
+                    log.info("%r of %s was not started: the worker is stopping", label, rt.name)
+                    release_abandoned(rt, delivery)
+                    return
+                rt.stats.isolated += 1
                 if budget:
                     budget_end = anyio.current_time() + budget
                 scope.deadline = min(deadline, budget_end)
@@ -256,7 +263,8 @@ async def _run_and_settle(
                 # beside it finish and commit), then ``run`` raises it
                 rt.fail(exc)
         finally:
-            rt.admission.release(held)
+            if running_alone:
+                rt.admission.alone_done()
     if arg.lease_lost:
         log.warning("%r of %s lost its lease; left pending for recovery", label, rt.name)
         return
