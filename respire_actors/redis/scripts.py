@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -129,23 +129,46 @@ async def run_many(
     """Run many script calls in one pipelined round trip (not atomic as a whole).
 
     Returns each reply, or the mapped exception for that call. Calls answered NOSCRIPT did not
-    run and are re-sent once as full EVALs. ``per_node_errors``: see
+    run and are sent again: the first of each script per node as a full EVAL (which loads it
+    there), the others after it as EVALSHA, so a page of 500 calls of a script the server
+    lost sends its source once, not 500 times; any still answered NOSCRIPT (the cache
+    flushed in between) go once more as full EVALs. ``per_node_errors``: see
     :meth:`RedisClient.pipeline` (on a cluster, an unreachable node fails only its calls).
     """
     replies = await client.pipeline(
         [s.evalsha_args(k, a) for s, k, a in calls], per_node_errors=per_node_errors
     )
-    missing = [
-        i for i, r in enumerate(replies) if isinstance(r, ServerError) and r.code == "NOSCRIPT"
-    ]
+    missing = _noscript(replies, range(len(calls)))
     if missing:
-        again = await client.pipeline(
-            [calls[i][0].eval_args(calls[i][1], calls[i][2]) for i in missing],
-            per_node_errors=per_node_errors,
-        )
+        loaded: set[tuple[str, str | None]] = set()
+        again_args = []
+        for i in missing:
+            script, keys, args = calls[i]
+            where = (script.sha, client.node_of(keys[0]) if keys else None)
+            if where in loaded:
+                again_args.append(script.evalsha_args(keys, args))
+            else:
+                loaded.add(where)
+                again_args.append(script.eval_args(keys, args))
+        again = await client.pipeline(again_args, per_node_errors=per_node_errors)
         for i, reply in zip(missing, again, strict=True):
             replies[i] = reply
+        last = _noscript(replies, missing)
+        if last:
+            final = await client.pipeline(
+                [calls[i][0].eval_args(calls[i][1], calls[i][2]) for i in last],
+                per_node_errors=per_node_errors,
+            )
+            for i, reply in zip(last, final, strict=True):
+                replies[i] = reply
     return replies
+
+
+def _noscript(replies: Sequence[Any], among: Iterable[int]) -> list[int]:
+    """The indices among ``among`` whose reply is NOSCRIPT (the call did not run)."""
+    return [
+        i for i in among if isinstance(replies[i], ServerError) and replies[i].code == "NOSCRIPT"
+    ]
 
 
 def _read(path: str) -> str:

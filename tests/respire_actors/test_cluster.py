@@ -85,10 +85,12 @@ async def test_run_many_spans_nodes(
     script = move_script(unique_name + "-many")
     tags = tags_on_every_node(cluster_nodes, unique_name)
     calls: list[tuple[Script, list[str], list[Any]]] = [
-        (script, [f"{{{t}}}:a", f"{{{t}}}:b"], [1]) for t in tags
+        (script, [f"{{{t}}}:a", f"{{{t}}}:b"], [1]) for t in tags for _ in range(3)
     ]
-    assert await run_many(cluster_client, calls) == [[-1, 1]] * 3  # NOSCRIPT, re-sent as EVAL
-    assert await run_many(cluster_client, calls) == [[-2, 2]] * 3  # EVALSHA on each node
+    # NOSCRIPT, then sent again: on each node one full EVAL, which loads the script there,
+    # and the node's other calls after it as EVALSHA; each ran once, in order
+    assert await run_many(cluster_client, calls) == [[-1, 1], [-2, 2], [-3, 3]] * 3
+    assert await run_many(cluster_client, calls) == [[-4, 4], [-5, 5], [-6, 6]] * 3
 
 
 @pytest.mark.anyio
