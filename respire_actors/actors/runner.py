@@ -540,10 +540,14 @@ async def run_runner_pool(
             task_status.started()
     finally:
         if current_child().stop_requested:
-            # admitted deliveries that no runner started: their group permits go back now
+            # admitted deliveries that no runner started: their group permits go back now,
+            # and their admission permits (the pool may be started again on this runtime)
             while True:
                 try:
                     delivery = rt.deliveries.receive_nowait()
                 except Exception:
                     break
                 release_abandoned(rt, delivery)
+                rt.admission.release(1)
+                if delivery.alone:
+                    rt.admission.let_in()

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
 
 from supervisors import (
     ChildSpec,
+    Mailbox,
     Restart,
     StartError,
     Supervisor,
@@ -130,9 +131,29 @@ class _HostRoot(Supervisor):
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         self._host._fatal = None  # a new run (a composed tree restarted by its parent, say)
-        await super().run(task_status=task_status)
+        for rt in self._host._runtimes.values():
+            # closed when an earlier run of this tree ended: fresh ones for this run
+            rt.deliveries = _reopened(rt.deliveries)
+            rt.completions = _reopened(rt.completions)
+        try:
+            await super().run(task_status=task_status)
+        finally:
+            # The tree has stopped: nothing sends or receives any more. Deliveries still
+            # buffered were never started and stay pending in Redis for recovery.
+            for rt in self._host._runtimes.values():
+                rt.deliveries.close()
+                rt.completions.close()
         if self._host._fatal is not None:
             raise self._host._fatal
+
+
+T = TypeVar("T")
+
+
+def _reopened(mailbox: Mailbox[T]) -> Mailbox[T]:
+    """``mailbox``, or a new empty one like it if it was closed."""
+    stats = mailbox.statistics()
+    return Mailbox[T](stats.capacity, name=stats.name) if stats.closed else mailbox
 
 
 class ConsumerHost:
@@ -209,11 +230,6 @@ class ConsumerHost:
             self._live = self._ended = None
             self._stop_pending = False
             ended.set()
-            # The tree has stopped: nothing sends or receives any more. Deliveries still
-            # buffered were never started and stay pending in Redis for recovery.
-            for rt in self._runtimes.values():
-                rt.deliveries.close()
-                rt.completions.close()
 
     def request_stop(self) -> None:
         """Begin graceful shutdown (intake stops, handlers get their grace period). Requested
