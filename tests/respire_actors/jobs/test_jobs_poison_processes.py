@@ -5,12 +5,9 @@ the dead letters."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import anyio
 import pytest
-from jobs_helpers import events_of_kind
+from jobs_helpers import events_of_kind, python_process
 
 from respire_actors.jobs import JobQueue
 from respire_actors.redis.client import RedisClient
@@ -57,21 +54,10 @@ async def run_until_settled(
     """Run worker processes, starting a new one whenever one dies, until every job is either
     done or dead-lettered; returns how many processes were killed."""
     kills = 0
+    args = (server_url, queue.name, record, str(int(isolate)))
     with anyio.fail_after(120):
         while True:
-            proc = await anyio.open_process(
-                [
-                    sys.executable,
-                    "-c",
-                    WORKER_SCRIPT,
-                    server_url,
-                    queue.name,
-                    record,
-                    str(int(isolate)),
-                ],
-                stdout=subprocess.DEVNULL,
-            )
-            try:
+            async with python_process(WORKER_SCRIPT, *args) as proc:
                 while proc.returncode is None:
                     done = len(await client.execute("LRANGE", record, 0, -1))
                     dead = await client.execute("XLEN", queue.keys.dead)
@@ -80,12 +66,6 @@ async def run_until_settled(
                     with anyio.move_on_after(0.1):
                         await proc.wait()
                 kills += 1
-            finally:
-                if proc.returncode is None:
-                    proc.terminate()
-                with anyio.fail_after(20, shield=True):
-                    await proc.wait()
-                    await proc.aclose()
 
 
 @pytest.mark.parametrize("isolate", [True, False], ids=["isolated", "not-isolated"])
