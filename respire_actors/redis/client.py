@@ -60,6 +60,7 @@ from ._connection import (
     Endpoint,
     Multiplexed,
     Statistics,
+    _closed_by_server,
 )
 from ._protocol import (
     Arg,
@@ -1282,6 +1283,11 @@ class BlockingConnection:
 
     async def _conn(self, address: Address | None) -> Dedicated:
         conn = self._conns.get(address)
+        if conn is not None and not conn.broken and _closed_by_server(conn.stream):
+            # a server restart, CLIENT KILL or its idle timeout while unused: reconnect now
+            # rather than fail the next command with "may have run"
+            await conn.aclose()
+            conn = None
         if conn is None or conn.broken:
             endpoint = self._owner._endpoint
             if endpoint is None:

@@ -503,3 +503,20 @@ async def test_a_transaction_waits_for_a_pooled_connection_at_most_the_command_t
         # with the pool free again the same transaction runs
         assert await client.pipeline([("INCR", counter)], transaction=True) == [1]
         await client.execute("DEL", counter, *lists)
+
+
+async def test_a_blocking_connection_closed_by_the_server_while_idle_reconnects(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Found by review: an idle ``open_blocking`` connection the server had closed (a restart,
+    CLIENT KILL, its idle timeout) failed its next command with "may have run" although
+    nothing had been sent; it reconnects first now, as the pooled connections do."""
+    key = f"{unique_name}:s"
+    await client.execute("XADD", key, "1-1", "f", "v")
+    async with client.open_blocking() as blocking:
+        own_id = await blocking.execute("CLIENT", "ID")
+        await client.execute("CLIENT", "KILL", "ID", own_id)
+        await anyio.sleep(0.05)
+        reply = await blocking.execute("XREAD", "BLOCK", 10, "STREAMS", key, "0")
+        assert reply
+    await client.execute("DEL", key)
