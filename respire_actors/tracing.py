@@ -30,6 +30,22 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 log = logging.getLogger("respire_actors.telemetry")
 
+
+def no_job_fields(event: str, queue: str = "") -> dict[str, Any]:
+    """The structured fields of a ``respire_actors.telemetry`` record about no one job: every
+    documented field is there (a formatter naming them never fails), the job's ones empty."""
+    return {
+        "event": event,
+        "queue": queue,
+        "job_id": "",
+        "entry_id": "",
+        "attempt": 0,
+        "trace_id": "",
+    }
+
+
+_FAILED = no_job_fields("telemetry-failed")
+
 TRACER_NAME = "respire_actors"
 """The instrumentation scope of every span (and the meter name, see ``metrics``)."""
 
@@ -81,7 +97,9 @@ def _start(name: str, **kwargs: Any) -> trace.Span | None:
     try:
         return _tracer.start_span(name, **kwargs)
     except Exception:
-        log.debug("starting span %r failed; continuing without it", name, exc_info=True)
+        log.debug(
+            "starting span %r failed; continuing without it", name, exc_info=True, extra=_FAILED
+        )
         return None
 
 
@@ -93,7 +111,7 @@ def end(span: trace.Span | None) -> None:
     try:
         span.end()
     except Exception:
-        log.debug("ending a span failed; ignored", exc_info=True)
+        log.debug("ending a span failed; ignored", exc_info=True, extra=_FAILED)
 
 
 def _carrier_fields(ctx: otel_context.Context, names: Sequence[str]) -> list[bytes | str | int]:
@@ -101,7 +119,9 @@ def _carrier_fields(ctx: otel_context.Context, names: Sequence[str]) -> list[byt
     try:
         _PROPAGATOR.inject(carrier, context=ctx)
     except Exception:
-        log.debug("injecting the trace context failed; no trace fields", exc_info=True)
+        log.debug(
+            "injecting the trace context failed; no trace fields", exc_info=True, extra=_FAILED
+        )
         return []
     parent = carrier.get("traceparent")
     if not parent:
@@ -179,7 +199,7 @@ def fail(span: trace.Span | None, exc: BaseException) -> None:
         span.set_attribute("error.type", type(exc).__qualname__)
         span.set_status(Status(StatusCode.ERROR, type(exc).__qualname__))
     except Exception:
-        log.debug("recording a span error failed; ignored", exc_info=True)
+        log.debug("recording a span error failed; ignored", exc_info=True, extra=_FAILED)
 
 
 def set_attributes(span: trace.Span | None, attributes: Mapping[str, Any]) -> None:
@@ -189,7 +209,7 @@ def set_attributes(span: trace.Span | None, attributes: Mapping[str, Any]) -> No
     try:
         span.set_attributes(dict(attributes))
     except Exception:
-        log.debug("setting span attributes failed; ignored", exc_info=True)
+        log.debug("setting span attributes failed; ignored", exc_info=True, extra=_FAILED)
 
 
 def incoming_link(fields: Mapping[bytes, bytes], names: Sequence[str]) -> Link | None:

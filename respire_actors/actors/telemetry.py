@@ -58,16 +58,8 @@ def fields(rt: QueueRuntime, delivery: Delivery, event: str) -> dict[str, Any]:
 
 
 def _no_job(event: str, queue: str) -> dict[str, Any]:
-    """The structured fields of a record about no one job: every field is there (a formatter
-    naming them never fails), the job's ones empty."""
-    return {
-        "event": event,
-        "queue": queue,
-        "job_id": "",
-        "entry_id": "",
-        "attempt": 0,
-        "trace_id": "",
-    }
+    """The structured fields of a record about no one job (see tracing.no_job_fields)."""
+    return tracing.no_job_fields(event, queue)
 
 
 def _outcome_name(outcome: object) -> str:
@@ -137,6 +129,8 @@ async def run_handler(rt: QueueRuntime, delivery: Delivery, arg: Any, record: Ha
             "respire.telemetry_name": t.name,
             "respire.delivery.attempt": delivery.attempt,
         }
+        if rt.partition_keys:
+            attributes["respire.partition"] = delivery.origin
         if delivery.job_id:
             attributes["respire.job.id"] = delivery.job_id
             attributes["respire.job.total_attempts"] = delivery.prior_attempts + delivery.attempt
@@ -183,7 +177,11 @@ def finish_handler(rt: QueueRuntime, delivery: Delivery, arg: Any, record: Handl
             record.elapsed, {"respire.telemetry_name": name, "respire.handler.result": result}
         )
     except Exception:
-        log.debug("recording the handler duration failed; ignored", exc_info=True)
+        log.debug(
+            "recording the handler duration failed; ignored",
+            exc_info=True,
+            extra=_no_job("telemetry-failed", name),
+        )
     span = record.span
     if span is None and not record.debug:
         return

@@ -105,6 +105,10 @@ class PartitionedJobQueue(Generic[T]):
         self.queues: tuple[JobQueue[T], ...] = tuple(
             JobQueue(client, partition_name(name, i), codec) for i in range(partitions)
         )
+        for i, queue in enumerate(self.queues):
+            # spans and logs name this queue (as the workers' do), with the partition apart
+            queue._destination = name
+            queue._span_attrs = {"respire.partition": i}
         self._checked = False  # the count was recorded or found equal
         self._lock = anyio.Lock()
 
@@ -191,7 +195,9 @@ class PartitionedJobQueue(Generic[T]):
             for i, item in enumerate(iterate(jobs, what="jobs")):
                 job_id, payload, key = _item(item, i)
                 queue = self.queues[self.partition_of(job_id if key is None else key)]
-                span = stack.enter_context(tracing.producer_span(_SPAN, queue.name))
+                span = stack.enter_context(
+                    tracing.producer_span(_SPAN, queue._destination, queue._span_attrs)
+                )
                 routed.append((queue, queue._prepare(job_id, payload, dedup_window, span)))
             await self.check()
 

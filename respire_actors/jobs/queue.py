@@ -150,6 +150,10 @@ class JobQueue(Generic[T]):
         self.name = name
         self.codec = codec
         self.keys = JobQueueKeys(name, client.key_prefix)
+        # how spans and logs name the destination: the queue, or for a partition of a
+        # partitioned queue that queue's name and the partition (set by PartitionedJobQueue)
+        self._destination = name
+        self._span_attrs: dict[str, Any] = {}
 
     # -- enqueue ----------------------------------------------------------------------------
     def _prepare(
@@ -216,7 +220,7 @@ class JobQueue(Generic[T]):
         """:meth:`enqueue`; ``before_send`` runs after every check, before the first command
         (a partitioned queue records its partition count there)."""
         wait_s = _backpressure.wait_seconds(wait)
-        with tracing.producer_span(_SPAN, self.name) as span:
+        with tracing.producer_span(_SPAN, self._destination, self._span_attrs) as span:
             prepared = self._prepare(job_id, payload, dedup_window, span)
             if before_send is not None:
                 await before_send()
@@ -261,7 +265,9 @@ class JobQueue(Generic[T]):
         with ExitStack() as stack:
             prepared = []
             for i, item in enumerate(iterate(jobs, what="jobs")):
-                span = stack.enter_context(tracing.producer_span(_SPAN, self.name))
+                span = stack.enter_context(
+                    tracing.producer_span(_SPAN, self._destination, self._span_attrs)
+                )
                 prepared.append(prepare(item, i, span))
             try:
                 return await self._pipelined(script, prepared)
@@ -301,7 +307,7 @@ class JobQueue(Generic[T]):
                 result.entry_id,
                 extra={
                     "event": "accepted",
-                    "queue": self.name,
+                    "queue": self._destination,
                     "job_id": prepared.job_id,
                     "entry_id": result.entry_id,
                     "attempt": 0,
@@ -341,7 +347,7 @@ class JobQueue(Generic[T]):
     ) -> Pending[EnqueueResult]:
         """Queue a prepared enqueue in ``tx``. Its producer span stays open until the
         transaction ends, to carry the reply (entry id, deduplicated) or its error."""
-        scope = tracing.producer_span(_SPAN, self.name)
+        scope = tracing.producer_span(_SPAN, self._destination, self._span_attrs)
         span = scope.__enter__()
 
         def done(pending: Pending[EnqueueResult]) -> None:
@@ -444,7 +450,7 @@ class JobQueue(Generic[T]):
     ) -> EnqueueResult:
         """:meth:`enqueue_scheduled`; ``before_send`` as in :meth:`_enqueue`."""
         wait_s = _backpressure.wait_seconds(wait)
-        with tracing.producer_span(_SPAN, self.name) as span:
+        with tracing.producer_span(_SPAN, self._destination, self._span_attrs) as span:
             prepared = self._prepare_scheduled(job_id, payload, options, span)
             if before_send is not None:
                 await before_send()
@@ -669,16 +675,32 @@ class JobQueue(Generic[T]):
         raises :class:`~respire_actors.errors.QueueFull` with nothing written (an existing
         member still returns False).
         """
-        with tracing.producer_span(_SPAN, self.name, {"respire.batch.id": batch_id}) as span:
-            return await _batches.add_to_batch(
-                self.client,
-                self.keys,
-                self.codec,
-                batch_id,
-                job_id,
-                payload,
-                tracing.context_fields(span),
+        attributes = {**self._span_attrs, "respire.batch.id": batch_id, "respire.job.id": job_id}
+        with tracing.producer_span(_SPAN, self._destination, attributes) as span:
+            context = tracing.context_fields(span)
+            added = await _batches.add_to_batch(
+                self.client, self.keys, self.codec, batch_id, job_id, payload, context
             )
+            tracing.set_attributes(span, {"respire.job.deduplicated": not added})
+        if _tlog.isEnabledFor(logging.DEBUG):
+            _tlog.debug(
+                "%s: %r %s to batch %r",
+                self._destination,
+                job_id,
+                "added" if added else "already a member",
+                batch_id,
+                extra={
+                    "event": "accepted",
+                    "queue": self._destination,
+                    "job_id": job_id,
+                    "entry_id": "",
+                    "attempt": 0,
+                    "trace_id": _trace_of(context),
+                    "deduplicated": not added,
+                    "batch_id": batch_id,
+                },
+            )
+        return added
 
     async def add_many_to_batch(self, batch_id: str, jobs: Iterable[tuple[str, T]]) -> list[bool]:
         """:meth:`add_to_batch` for many ``(job_id, payload)`` pairs, pipelined. Every item is
@@ -686,7 +708,9 @@ class JobQueue(Generic[T]):
         sent. Not atomic as a whole: when some adds fail, the first error is raised after the
         others ran; repeating the call is safe (existing members return False)."""
         # one producer span for the call: its members share one envelope context
-        with tracing.producer_span(_SPAN, self.name, {"respire.batch.id": batch_id}) as span:
+        with tracing.producer_span(
+            _SPAN, self._destination, {**self._span_attrs, "respire.batch.id": batch_id}
+        ) as span:
             return await _batches.add_many_to_batch(
                 self.client, self.keys, self.codec, batch_id, jobs, tracing.context_fields(span)
             )

@@ -565,3 +565,83 @@ async def test_batch_members_carry_the_context_of_their_add(
         "m2": traceparent(many.context),
         "m3": traceparent(many.context),
     }
+
+
+def test_a_failing_span_is_logged_with_every_documented_field() -> None:
+    """Found by review: the DEBUG records of span processor or exporter failures carried none
+    of the fields every ``respire_actors.telemetry`` record is documented to carry, so a
+    format string naming them failed ("Formatting field not found in record: 'event'")."""
+    import logging
+
+    from respire_actors import tracing
+
+    class Broken:
+        def end(self) -> None:
+            raise RuntimeError("exporter down")
+
+        def set_attributes(self, attributes: object) -> None:
+            raise RuntimeError("exporter down")
+
+    formatted: list[str] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            formatted.append(self.format(record))  # raises on a missing field
+
+    handler = Capture()
+    handler.setFormatter(
+        logging.Formatter("%(event)s|%(queue)s|%(job_id)s|%(entry_id)s|%(attempt)s|%(trace_id)s")
+    )
+    logger = logging.getLogger("respire_actors.telemetry")
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        tracing.end(Broken())  # type: ignore[arg-type]
+        tracing.set_attributes(Broken(), {"a": 1})  # type: ignore[arg-type]
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert [f.splitlines()[0] for f in formatted] == ["telemetry-failed||||0|"] * 2
+
+
+async def test_a_partitioned_queue_is_one_destination_on_both_sides(
+    otel: Otel, client: RedisClient, unique_name: str
+) -> None:
+    """Found by review: producers named the partition (``<name>:p1``) and workers the
+    partitioned queue, so an enqueue and its processing had two destinations."""
+    from respire_actors import PartitionedJobQueue, StrCodec
+
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    await queue.enqueue("pj1", "x")
+    await queue.enqueue_many([("pj2", "x")])
+    done = anyio.Event()
+
+    async def handler(job: Job[str]) -> object:
+        if job.id == "pj2":
+            done.set()
+        return ACK
+
+    async with running_worker(client, unique_name, handler, partitions=4):
+        with anyio.fail_after(10):
+            await done.wait()
+    expected = {"pj1": queue.partition_of("pj1"), "pj2": queue.partition_of("pj2")}
+    for name in ("job enqueue", "job process"):
+        spans = [s.attributes or {} for s in otel.spans(name)]
+        assert {a["respire.job.id"]: a["respire.partition"] for a in spans} == expected, name
+        assert {a["messaging.destination.name"] for a in spans} == {unique_name}, name
+
+
+async def test_a_batch_add_carries_its_job_id_and_whether_it_was_new(
+    otel: Otel, queue: JobQueue[str]
+) -> None:
+    """Found by review: an ``add_to_batch`` span had no job id and no dedup flag."""
+    await queue.create_batch(batch_id="b1")
+    assert await queue.add_to_batch("b1", "m1", "x") is True
+    assert await queue.add_to_batch("b1", "m1", "y") is False
+    first, repeat = otel.spans("job enqueue")
+    for span, deduplicated in ((first, False), (repeat, True)):
+        attrs = span.attributes or {}
+        assert attrs["respire.job.id"] == "m1"
+        assert attrs["respire.batch.id"] == "b1"
+        assert attrs["respire.job.deduplicated"] is deduplicated
