@@ -279,6 +279,9 @@ class PartitionedSource:
             except TRANSIENT as exc:
                 self._mark_down(i, exc)
                 return False
+            # the node answers: clear its mark even if this partition's last mark was its
+            # slot's (else the node would be probed before every read of its partitions)
+            self._down_parts[i] = node
             self._mark_up(i)
             return True
         self._mark_down(i, RedisUnavailable(f"no answer within {self._probe_cap()} s"))
