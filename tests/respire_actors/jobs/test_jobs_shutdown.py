@@ -453,6 +453,19 @@ async def test_statistics_of_an_unknown_registration_is_a_validation_error(
         await worker.stop()
 
 
+def recording_worker(queue: str) -> tuple[Worker, list[str]]:
+    """A worker of ``queue`` whose handler records each job id it sees."""
+    worker = Worker()
+    seen: list[str] = []
+
+    async def handler(job: Job[str]) -> Outcome:
+        seen.append(job.id)
+        return ACK
+
+    worker.register(queue, handler, StrCodec(), fast_options())
+    return worker, seen
+
+
 async def test_a_worker_run_again_after_a_fatal_error_does_not_raise_it_again(
     client: RedisClient, unique_name: str
 ) -> None:
@@ -463,14 +476,7 @@ async def test_a_worker_run_again_after_a_fatal_error_does_not_raise_it_again(
     from respire_actors.jobs.options import CONSUMER_GROUP
 
     queue = JobQueue(client, unique_name, StrCodec())
-    worker = Worker()
-    seen: list[str] = []
-
-    async def handler(job: Job[str]) -> Outcome:
-        seen.append(job.id)
-        return ACK
-
-    worker.register(unique_name, handler, StrCodec(), fast_options())
+    worker, seen = recording_worker(unique_name)
     errors: list[BaseException] = []
 
     first_run = run_catching(worker, client, ConsumerGroupMissing, errors)
@@ -502,14 +508,7 @@ async def test_a_composed_tree_raises_an_error_no_restart_can_fix(
     from respire_actors.jobs.options import CONSUMER_GROUP
 
     queue = JobQueue(client, unique_name, StrCodec())
-    worker = Worker()
-    seen: list[str] = []
-
-    async def handler(job: Job[str]) -> Outcome:
-        seen.append(job.id)
-        return ACK
-
-    worker.register(unique_name, handler, StrCodec(), fast_options())
+    worker, seen = recording_worker(unique_name)
     tree = worker.build(client)
     errors: list[BaseException] = []
 
