@@ -62,6 +62,9 @@ class ReadResult:
     # reader) and how long until a delayed or parked group may have work (-1: unknown)
     staged_last_id: str | None = None
     wake_ms: int = -1
+    # 'ok' that reached the end of the stream (fewer entries than asked for): the newest entry
+    # id then, so the reader can wait for a newer one instead of reading an empty stream
+    drained_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

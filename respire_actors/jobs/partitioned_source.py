@@ -10,8 +10,9 @@ partitions' own hash tags except the start-up check of the recorded partition co
   the first partition with work, starting where the last read left off; a partition stays
   first for at most :data:`STICKY_READS` consecutive full reads, so busy partitions share the
   worker while the jobs in flight come from few partitions at a time. A partition found
-  empty is skipped until a wait, or a check every :data:`REFRESH_MS` while others keep the
-  reader busy, reports a new entry in it.
+  empty, or read to its end (the read took fewer entries than it asked for), is skipped
+  until a wait, or a check every :data:`REFRESH_MS` while others keep the reader busy,
+  reports a new entry in it.
 - **Waits** (nothing ready anywhere): on one server, one ``XREAD BLOCK`` over every
   partition's ready stream (and, with scheduling, its staging stream, bounded by the time the
   next parked group is due); on a cluster, where one command cannot name keys of several
@@ -226,6 +227,11 @@ class PartitionedSource:
                     self._next, self._streak = (i + 1) % n, 0
                 else:
                     self._next = i
+                if result.drained_id is not None:
+                    # the read reached the partition's end: watch it for a newer entry
+                    # instead of reading it again only to find it empty
+                    self._candidate[i] = False
+                    self._last_ids[i] = result.drained_id
                 return ReadResult(
                     "ok",
                     _tagged(result.deliveries, i),

@@ -173,7 +173,14 @@ class JobSource:
         if status == "ok":
             expired = int(reply[2]) if len(reply) > 2 else 0
             pace = int(reply[3]) if len(reply) > 3 else 0
-            return ReadResult("ok", deliveries_from_read(reply[1]), expired=expired, pace_ms=pace)
+            drained = text(reply[4]) if len(reply) > 4 else ""
+            return ReadResult(
+                "ok",
+                deliveries_from_read(reply[1]),
+                expired=expired,
+                pace_ms=pace,
+                drained_id=drained or None,
+            )
         if status == "empty":
             if len(reply) > 3:
                 return ReadResult(

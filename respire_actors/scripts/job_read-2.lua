@@ -19,9 +19,12 @@
 -- Returns {'paused'}; {'limited', retry_after_ms} (the rest of the window; rate_limit_hits is
 -- incremented); {'empty', last_id} where last_id is the newest entry id (or 0-0), to block on
 -- with XREAD outside the script; {'recover', id, pace_ms} (see ARGV[5]; nothing claimed, no
--- permit used); or {'ok', entries, expired_count, pace_ms} with entries as XREADGROUP
--- gives them ({id, {field, value, ...}}), each now pending for this consumer with delivery
--- count 1 (entries may be empty when every entry read had expired).
+-- permit used); or {'ok', entries, expired_count, pace_ms, drained_id} with entries as
+-- XREADGROUP gives them ({id, {field, value, ...}}), each now pending for this consumer with
+-- delivery count 1 (entries may be empty when every entry read had expired); drained_id is the
+-- id of the last entry read when the read reached the end of the stream (it took fewer entries
+-- than it asked for: that entry is the newest, so the caller can block for a newer one instead
+-- of reading again), else ''.
 -- Errors: NOGROUP when the consumer group is missing (see recreate_missing_group);
 -- RESPIRE_ARGUMENT; RESPIRE_WRONGTYPE / RESPIRE_NOPERM before anything is claimed.
 --!include lib/preflight.lua
@@ -56,7 +59,9 @@ if reply and reply[1] and #reply[1][2] > 0 then
     end
   end
   respire_admit_commit(control, window, #live)
-  return {'ok', live, expired, pace}
+  local drained = ''
+  if #entries < allowed then drained = entries[#entries][1] end
+  return {'ok', live, expired, pace, drained}
 end
 local last = redis.call('XREVRANGE', ready, '+', '-', 'COUNT', 1)
 if last[1] then return {'empty', last[1][1]} end

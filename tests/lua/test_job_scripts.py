@@ -226,6 +226,43 @@ async def test_read_delivers_then_reports_empty_with_the_last_id(
     assert [s(x) for x in await read(client, keys, "c1")] == ["empty", b]
 
 
+async def test_read_that_reaches_the_end_names_the_newest_entry(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    """A read that takes fewer entries than it asked for read to the stream's end: it returns
+    the last entry's id (the reader blocks for a newer one instead of reading again); a full
+    read cannot know and returns ''."""
+    await create_group(client, keys)
+    a = await enqueue(client, keys, "a")
+    b = await enqueue(client, keys, "b")
+    c = await enqueue(client, keys, "c")
+    full = await read(client, keys, "c1", 2)
+    assert [s(e[0]) for e in full[1]] == [a, b] and s(full[4]) == ""
+    rest = await read(client, keys, "c1", 2)
+    assert [s(e[0]) for e in rest[1]] == [c] and s(rest[4]) == c
+    # an expired last entry is acknowledged, not returned, and still the newest read
+    last = await client.execute(
+        "XADD", keys.ready, "*", "_respire.job.id", "old", "_respire.job.expires_at", "1"
+    )
+    reply = await read(client, keys, "c1", 5)
+    assert reply[1] == [] and int(reply[2]) == 1 and s(reply[4]) == s(last)
+    assert [s(x) for x in await read(client, keys, "c1")] == ["empty", s(last)]
+
+
+async def test_read_under_a_rate_limit_does_not_claim_the_end_when_capped(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    """The rate limit lowers the count a read takes: fewer entries than the caller asked
+    for is then no sign of the stream's end."""
+    await create_group(client, keys)
+    ids = [await enqueue(client, keys, f"j{i}") for i in range(5)]
+    # 20 permits per minute: one call takes at most a tenth of them (2)
+    await client.execute("HSET", keys.control, "rate.limit", "20", "rate.window", "60000")
+    reply = await read(client, keys, "c1", 5)
+    assert s(reply[0]) == "ok", reply
+    assert [s(e[0]) for e in reply[1]] == ids[:2] and s(reply[4]) == ""
+
+
 async def test_read_reports_paused_without_delivering(
     client: RedisClient, keys: JobQueueKeys
 ) -> None:

@@ -8,6 +8,7 @@ import zlib
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from typing import Any
 
 import anyio
 import pytest
@@ -809,3 +810,44 @@ async def test_a_partitioned_queue_bounds_each_partition_and_reports_its_true_ba
     assert (await queue.backlog()).limit is None
     with pytest.raises(ValidationError):
         await queue.set_max_backlog(0)
+
+
+async def test_a_partition_read_to_its_end_is_not_read_again_before_it_gets_more(
+    client: RedisClient, unique_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read that took fewer entries than it asked for reached its partition's end: the
+    worker watches that partition for a newer entry instead of reading it again only to find
+    it empty (a chunk of jobs over P partitions costs about P reads, not 2P)."""
+    partitions = 8
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=partitions)
+    jobs = [f"j{i}" for i in range(80)]
+    assert {partition_of(j, partitions) for j in jobs} == set(range(partitions))
+    reads: list[int] = []
+    original = JobSource.read
+
+    async def counted(self: JobSource, consumer: str, count: int, min_idle_ms: int = 0) -> Any:
+        result = await original(self, consumer, count, min_idle_ms)
+        if f":{unique_name}:p" in self.keys.ready:
+            reads.append(len(result.deliveries))
+        return result
+
+    monkeypatch.setattr(JobSource, "read", counted)
+    done: set[str] = set()
+
+    async def handler(job: Job[str]) -> object:
+        done.add(job.id)
+        return ACK
+
+    # room for a whole partition's jobs in one read
+    options = fast_options(consumer_count=64, read_batch=64)
+    async with running_worker(client, unique_name, handler, options=options, partitions=partitions):
+        await wait_until(lambda: len(reads) >= partitions)  # the first pass found all empty
+        await anyio.sleep(0.3)
+        reads.clear()
+        await queue.enqueue_many([(j, "x") for j in jobs])
+        await wait_until(lambda: len(done) == len(jobs), timeout=15)
+        await anyio.sleep(0.3)
+    # every partition is read once for its ten jobs; a read splitting them (the wake may come
+    # before the whole chunk landed) or an empty one now and then is tolerated
+    assert sum(reads) == len(jobs)
+    assert len(reads) <= partitions + 4, reads
