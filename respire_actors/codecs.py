@@ -229,6 +229,8 @@ def strict_converter() -> JsonConverter:
     converter.register_structure_hook(float, _strict(float, int, float))
     converter.register_structure_hook(bool, _strict(bool))
     converter.register_structure_hook_factory(_scalar_keyed, _scalar_keyed_mapping)
+    # cattrs zips a fixed-length tuple with its annotation, dropping any extra items
+    converter.register_unstructure_hook_factory(_fixed_tuple, _fixed_tuple_unstructure)
     # common value types JSON has no form for: text (or seconds) that reads back exactly
     converter.register_unstructure_hook(UUID, str)
     converter.register_structure_hook(UUID, _from_text(UUID))
@@ -239,6 +241,29 @@ def strict_converter() -> JsonConverter:
     converter.register_unstructure_hook(timedelta, timedelta.total_seconds)
     converter.register_structure_hook(timedelta, _timedelta)
     return converter
+
+
+def _fixed_tuple(cl: Any) -> bool:
+    """``tuple[X, Y]`` (a fixed number of items), not ``tuple[X, ...]`` or a bare tuple."""
+    args = get_args(cl)
+    return get_origin(cl) is tuple and bool(args) and args[-1] is not Ellipsis
+
+
+def _fixed_tuple_unstructure(cl: Any, converter: BaseConverter) -> Callable[[Any], Any]:
+    args = get_args(cl)
+
+    def unstructure(value: Any) -> list[Any]:
+        items = list(value)
+        if len(items) != len(args):
+            raise ValueError(
+                f"{len(items)} items where {str(cl).replace('typing.', '')} holds exactly "
+                f"{len(args)}"
+            )
+        return [
+            converter.unstructure(v, unstructure_as=a) for v, a in zip(items, args, strict=True)
+        ]
+
+    return unstructure
 
 
 def _from_text(parse: Callable[[str], Any]) -> Any:
@@ -291,6 +316,12 @@ class JsonCodec(Generic[T]):
     converter is strict about primitive fields (see :func:`strict_converter`): ``{"to": 123}``
     does not decode into a ``str`` field. ``JsonCodec(Order)`` must be given the type: a codec
     class is not a codec (pass ``JsonCodec(Order)``, not ``JsonCodec``).
+
+    ``encode`` refuses (:class:`EncodeError`) what JSON would not carry intact: a value that
+    would not decode back into ``T``, a fixed-length tuple with another number of items
+    (``(1, 2, 3)`` for ``tuple[int, int]``; checked by the default converter, so build a custom
+    one from :func:`strict_converter`), two mapping keys JSON would write as one (``1`` and
+    ``"1"``), and NaN or infinite floats (not JSON).
     """
 
     __slots__ = ("_converter", "_type")
@@ -317,7 +348,11 @@ class JsonCodec(Generic[T]):
         fields do not match their annotations (a plain dataclass does not check them) is an
         :class:`EncodeError` here, not a message every consumer would fail to decode."""
         try:
-            data = self._converter.dumps(value, unstructure_as=self._type).encode("utf-8")
+            # two keys that JSON would write as one (1 and "1") are refused, not merged
+            _check_source_keys(value, self._converter)
+            data = self._converter.dumps(value, unstructure_as=self._type, allow_nan=False).encode(
+                "utf-8"
+            )
         except Exception as exc:
             raise EncodeError(
                 f"cannot encode {type(value).__name__} as JSON: {describe_error(exc)}"

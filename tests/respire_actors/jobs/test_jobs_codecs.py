@@ -173,6 +173,45 @@ async def test_a_payload_that_would_not_decode_is_refused_before_sending(
     )
 
 
+@dataclass
+class Move:
+    squares: tuple[int, int]
+    counts: dict[Any, int]
+    path: list[tuple[int, str]]
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (Move((1, 2, 3), {}, []), "3 items where tuple\\[int, int\\] holds exactly 2"),
+        (Move((1,), {}, []), "1 items where tuple\\[int, int\\] holds exactly 2"),  # type: ignore[arg-type]
+        (Move((1, 2), {}, [(1, "a"), (2, "b", "c")]), "3 items where tuple\\[int, str\\]"),  # type: ignore[list-item]
+        (Move((1, 2), {1: 10, "1": 20}, []), "keys 1 and '1' would both be the JSON key '1'"),
+    ],
+)  # fmt: skip
+async def test_json_codec_refuses_what_json_would_cut_or_merge(
+    client: RedisClient, unique_name: str, payload: Move, message: str
+) -> None:
+    """Extra tuple items and colliding mapping keys used to be cut or merged silently (the
+    worker got other data than the producer sent): now the enqueue fails before sending."""
+    queue: JobQueue[Move] = JobQueue(client, unique_name, JsonCodec(Move))
+    with forbid_commands(client), pytest.raises(EncodeError, match=message):
+        await queue.enqueue("j", payload)
+    fine = Move((1, 2), {"a": 1, 2: 3}, [(1, "a")])
+    assert JsonCodec(Move).decode(JsonCodec(Move).encode(fine)) == Move(
+        (1, 2), {"a": 1, "2": 3}, [(1, "a")]
+    )
+
+
+def test_json_codec_refuses_a_top_level_tuple_of_another_length_and_nan() -> None:
+    with pytest.raises(EncodeError, match="3 items"):
+        JsonCodec(tuple[int, int]).encode((1, 2, 3))  # type: ignore[arg-type]
+    assert JsonCodec(tuple[int, ...]).encode((1, 2, 3)) == b"[1, 2, 3]"
+    for value in (float("nan"), float("inf"), -float("inf")):
+        with pytest.raises(EncodeError, match="not JSON compliant"):
+            JsonCodec(float).encode(value)
+
+
 def test_json_value_codec_round_trips_plain_values() -> None:
     codec = JsonValueCodec()
     assert codec.decode(codec.encode(Email("a", 1))) == {
