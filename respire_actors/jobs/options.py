@@ -73,7 +73,8 @@ class JobEnqueueOptions:
     priority:      integer from -2**31 to 2**31-1 (default 0); within one promotion batch higher
                    priorities go to the ready stream first
     ttl:           time to live from enqueue, including delay, backlog and retries (None = none);
-                   an expired job is dropped without running its handler
+                   an expired job is dropped without running its handler; must be longer
+                   than ``delay``
     dedup_window:  deduplication window (default one day), shared with plain enqueue
     group:         application group (a tenant id, say) for fair scheduling and group controls;
                    None (default) is ungrouped. See docs/groups.md.
@@ -99,7 +100,15 @@ class JobEnqueueOptions:
         ):
             raise ValidationError("priority must be an integer from -2**31 to 2**31-1")
         if self.ttl is not None:
-            duration_ms(self.ttl, what="ttl")
+            ttl_ms = duration_ms(self.ttl, what="ttl")
+            delay_ms = duration_ms(self.delay, what="delay", allow_zero=True)
+            if ttl_ms <= delay_ms:
+                # the job would expire before it could be promoted: dropped unseen, its id
+                # kept by deduplication for the whole window
+                raise ValidationError(
+                    f"ttl ({ttl_ms} ms) must be longer than delay ({delay_ms} ms): the TTL "
+                    "counts from enqueue, so this job would expire before it could run"
+                )
         if self.dedup_window is not None:
             duration_ms(self.dedup_window, what="deduplication window")
 

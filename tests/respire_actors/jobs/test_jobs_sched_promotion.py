@@ -38,6 +38,9 @@ def source_of(queue: JobQueue[str]) -> JobSource:
         ({"ttl": 0}, "ttl"),
         ({"ttl": timedelta(days=30)}, "ttl"),
         ({"dedup_window": 0}, "deduplication"),
+        # the TTL counts from enqueue: one no longer than the delay expires before promotion
+        ({"delay": 0.5, "ttl": 0.5}, r"ttl \(500 ms\) must be longer than delay \(500 ms\)"),
+        ({"delay": 60, "ttl": 30}, "would expire before it could run"),
     ],
 )
 def test_enqueue_options_are_validated(changes: dict[str, Any], complaint: str) -> None:
