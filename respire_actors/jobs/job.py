@@ -201,6 +201,28 @@ class Job(Generic[T]):
         return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=int(raw))
 
     @property
+    def previous_entry_id(self) -> str | None:
+        """The stream entry id of the attempt this durable retry replaced (the prior stream id;
+        the last retry's when there were several), else None."""
+        raw = self.delivery.fields.get(b"_respire.retry.previous_id")
+        return None if raw is None else raw.decode("ascii", "replace")
+
+    @property
+    def retry_reason(self) -> str | None:
+        """Why the attempt :attr:`previous_entry_id` names failed: a compact reason code
+        (``processing-failed`` for an exception, ``nack`` for a returned NACK or retry), else
+        None."""
+        raw = self.delivery.fields.get(b"_respire.retry.reason")
+        return None if raw is None else raw.decode("utf-8", "replace")
+
+    @property
+    def replayed_from(self) -> str | None:
+        """The dead-letter id this job was re-enqueued from by a dead-letter retry
+        (:meth:`QueueAdmin.retry_dead_letters`), else None."""
+        raw = self.delivery.fields.get(b"_respire.replayed_from")
+        return None if raw is None else raw.decode("ascii", "replace")
+
+    @property
     def flow_id(self) -> str | None:
         """The flow this job is a node of (see docs/flows.md), else None."""
         raw = self.delivery.fields.get(b"_respire.flow")

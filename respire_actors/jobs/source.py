@@ -274,7 +274,7 @@ class JobSource:
             rargs: list[Arg] = [self.group, consumer, self.settle, len(retries)]
             for i in retries:
                 c = batch[i]
-                rargs += [c.delivery.entry_id, c.delivery.attempt, c.delay_ms]
+                rargs += [c.delivery.entry_id, c.delivery.attempt, c.delay_ms, c.reason]
             k = self.keys
             reply = await _JOB_RETRY(
                 self.client,

@@ -7,12 +7,13 @@
 -- ARGV[2]  the letter's job id, as the caller read it (KEYS[3] is its record)
 --
 -- When the dead letter exists and carries a job id and payload: append a new entry to the ready
--- stream with only its _respire.job.id, _respire.job.payload and, when present, its trace
--- context (_respire.trace.parent, _respire.trace.state); delete the dead letter; delete the
+-- stream with only its _respire.job.id, _respire.job.payload, when present its trace
+-- context (_respire.trace.parent, _respire.trace.state), and _respire.replayed_from (the dead
+-- letter's id, so the new entry names what it replays); delete the dead letter; delete the
 -- job id's retained outcome record, so status() and result() wait for the new run instead of
 -- answering with the dead-lettered one. Nothing else is copied: no batch or flow membership (a
 -- retry never reopens a batch or flow), no group, priority or expiry, no attempt count (the job
--- starts afresh) and no dead-letter metadata. The deduplication key of the job id is not
+-- starts afresh) and no other dead-letter metadata. The deduplication key of the job id is not
 -- consulted (a retry is deliberate).
 -- Returns the new ready entry id, 'missing' (no such dead letter), 'malformed' (no job id or
 -- payload; left in place) or 'changed' (the letter's job id is not ARGV[2]: KEYS[3] is not its
@@ -47,6 +48,8 @@ for _, name in ipairs({'_respire.job.id', '_respire.job.payload', '_respire.trac
     copy[#copy + 1] = value
   end
 end
+copy[#copy + 1] = '_respire.replayed_from'
+copy[#copy + 1] = id
 local added = redis.call('XADD', ready, '*', unpack(copy))
 local ok, delErr = pcall(redis.call, 'XDEL', dead, id)
 if not ok then

@@ -12,13 +12,16 @@
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer name
 -- ARGV[3]  acknowledgement: 'ack' (keep the body) or 'delete' (decided per call; lib/fence.lua)
--- ARGV[4]  n, the number of retries; then n groups of 3 values:
---          entry id, attempt (delivery count), delay in ms (0 .. 2^31-1)
+-- ARGV[4]  n, the number of retries; then n groups of 4 values:
+--          entry id, attempt (delivery count), delay in ms (0 .. 2^31-1), reason code (why the
+--          attempt failed: 'processing-failed', 'retry-after'...; '' for none, at most 256 bytes)
 -- ARGV[5..] the retries above
 --
 -- For each retry whose fence holds (pending for this consumer with this delivery count, body
 -- present): stage a copy of the entry (job id, payload, priority, group and absolute expiry kept)
--- with _respire.job.attempts raised by this entry's delivery count, due at server time + delay,
+-- with _respire.job.attempts raised by this entry's delivery count, _respire.retry.previous_id
+-- set to this entry's id and _respire.retry.reason to the reason code (the attempt's
+-- provenance: the last retry's, replacing an earlier one's), due at server time + delay,
 -- and acknowledge the current entry. When the job's expiry comes no later than that due time the
 -- entry is only acknowledged (it would expire staged). A grouped job (_respire.job.group) is
 -- indexed in :group-jobs at its new due time (its group rejoins the rotation unless parked)
@@ -38,15 +41,18 @@ local jobs, order, leases, owners, parked = KEYS[4], KEYS[5], KEYS[6], KEYS[7], 
 local policy = KEYS[9]
 local group, consumer = ARGV[1], ARGV[2]
 local n = tonumber(ARGV[4])
-if not n or n < 1 or #ARGV ~= 4 + n * 3 then
+if not n or n < 1 or #ARGV ~= 4 + n * 4 then
   return redis.error_reply('RESPIRE_ARGUMENT retry batch is malformed')
 end
 local ack_mode, merr = respire_ack_mode(ready, group, ARGV[3])
 if not ack_mode then return merr end
 for i = 0, n - 1 do
-  local delay = tonumber(ARGV[7 + i * 3])
+  local delay = tonumber(ARGV[7 + i * 4])
   if not delay or delay < 0 or delay > 2147483647 or delay % 1 ~= 0 then
     return redis.error_reply('RESPIRE_ARGUMENT retry delay out of range')
+  end
+  if #ARGV[8 + i * 4] > 256 then
+    return redis.error_reply('RESPIRE_ARGUMENT retry reason longer than 256 bytes')
   end
 end
 local err = respire_preflight(
@@ -64,7 +70,8 @@ if err then return err end
 local now = respire_now_ms()
 local statuses = {}
 for i = 0, n - 1 do
-  local entry, attempt, delay = ARGV[5 + i * 3], ARGV[6 + i * 3], tonumber(ARGV[7 + i * 3])
+  local entry, attempt, delay = ARGV[5 + i * 4], ARGV[6 + i * 4], tonumber(ARGV[7 + i * 4])
+  local reason = ARGV[8 + i * 4]
   local fields = nil
   if respire_fence(ready, group, entry, consumer, attempt) then
     fields = respire_entry(ready, entry)
@@ -81,6 +88,8 @@ for i = 0, n - 1 do
       for j = 1, #fields, 2 do
         if fields[j] == '_respire.job.attempts' then
           prior = tonumber(fields[j + 1]) or 0
+        elseif fields[j] == '_respire.retry.previous_id' or fields[j] == '_respire.retry.reason' then
+          -- an earlier retry's provenance: replaced by this one's below
         else
           copy[#copy + 1] = fields[j]
           copy[#copy + 1] = fields[j + 1]
@@ -88,6 +97,12 @@ for i = 0, n - 1 do
       end
       copy[#copy + 1] = '_respire.job.attempts'
       copy[#copy + 1] = string.format('%d', prior + tonumber(attempt))
+      copy[#copy + 1] = '_respire.retry.previous_id'
+      copy[#copy + 1] = entry
+      if reason ~= '' then
+        copy[#copy + 1] = '_respire.retry.reason'
+        copy[#copy + 1] = reason
+      end
       staged = redis.call('XADD', scheduled, '*', unpack(copy))
       local ok, zErr
       if g then

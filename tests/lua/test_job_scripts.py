@@ -721,9 +721,10 @@ async def test_pause_script_is_idempotent_and_checks_types(
 
 async def test_retry_refuses_malformed_batches(client: RedisClient, keys: JobQueueKeys) -> None:
     for args in (
-        (GROUP, "c1", "ack", 1, "1-0", 1),
-        (GROUP, "c1", "bogus", 1, "1-0", 1, 0),
-        (GROUP, "c1", "ack", 1, "1-0", 1, -5),
+        (GROUP, "c1", "ack", 1, "1-0", 1, 0),
+        (GROUP, "c1", "bogus", 1, "1-0", 1, 0, ""),
+        (GROUP, "c1", "ack", 1, "1-0", 1, -5, ""),
+        (GROUP, "c1", "ack", 1, "1-0", 1, 0, "x" * 257),
     ):
         with pytest.raises(ScriptError):
             await RETRY(client, RETRY_KEYS(keys), args)
@@ -739,13 +740,38 @@ async def test_promote_then_retry_preserves_the_envelope(
     ] == [1, 0, 0]
     await create_group(client, keys)
     ((entry, fields),) = (await read(client, keys, "c1"))[1]
-    reply = await RETRY(client, RETRY_KEYS(keys), (GROUP, "c1", "delete", 1, entry, 1, 0))
+    reply = await RETRY(
+        client, RETRY_KEYS(keys), (GROUP, "c1", "delete", 1, entry, 1, 0, "processing-failed")
+    )
     assert [int(x) for x in reply] == [1]
     assert await xlen(client, keys.ready) == 0  # "delete": XACK + XDEL here (no XACKDEL)
     ((_, staged),) = await client.execute("XRANGE", keys.scheduled, "-", "+")
     before, after = pairs(fields), pairs(staged)
     assert after.pop("_respire.job.attempts") == b"1"
+    # the attempt's provenance (seed 004): the prior stream id and a compact reason code
+    assert after.pop("_respire.retry.previous_id") == entry
+    assert after.pop("_respire.retry.reason") == b"processing-failed"
     assert after == before
+
+
+async def test_a_second_retry_replaces_the_first_ones_provenance(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    await create_group(client, keys)
+    await enqueue(client, keys, "a")
+    ((first, _),) = (await read(client, keys, "c1"))[1]
+    await RETRY(client, RETRY_KEYS(keys), (GROUP, "c1", "ack", 1, first, 1, 0, "nack"))
+    await PROMOTE(client, (keys.scheduled, keys.due, keys.ready), (8,))
+    ((second, fields),) = (await read(client, keys, "c1"))[1]
+    assert pairs(fields)["_respire.retry.previous_id"] == first
+    # no reason given: the field is left out, and the first retry's is not carried over
+    await RETRY(client, RETRY_KEYS(keys), (GROUP, "c1", "ack", 1, second, 1, 0, ""))
+    ((_, staged),) = await client.execute("XRANGE", keys.scheduled, "-", "+")
+    after = pairs(staged)
+    assert after["_respire.retry.previous_id"] == second
+    assert "_respire.retry.reason" not in after
+    assert after["_respire.job.attempts"] == b"2"
+    assert list(staged[::2]).count(b"_respire.retry.previous_id") == 1
 
 
 # -- job_group ---------------------------------------------------------------------------------

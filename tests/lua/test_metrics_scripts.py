@@ -105,7 +105,7 @@ async def test_retries_expiries_and_cancellations_are_not_counted(
     a, b, c = await delivered(client, keys, "a", "b", "c")
     assert await complete(client, keys, 5, (a, 1, "expired", "", "a")) == [1]
     assert await complete(client, keys, 5, (b, 1, "cancelled", "", "b")) == [1]
-    assert await RETRY(client, RETRY_KEYS(keys), (GROUP, "c1", "ack", 1, c, 1, 1000)) == [1]
+    assert await RETRY(client, RETRY_KEYS(keys), (GROUP, "c1", "ack", 1, c, 1, 1000, "")) == [1]
     assert await client.execute("EXISTS", keys.metrics) == 0
     assert await read_metrics(client, keys, 60) == []
 

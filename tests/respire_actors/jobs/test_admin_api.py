@@ -187,10 +187,10 @@ async def test_retry_dead_letters_keeps_id_and_payload(
     await dead_letter_all(client, queue, ["x1", "x2"])
     page = await admin.dead_letters(count=10)
     target = next(r for r in page.rows if r.job_id == "x1")
-    seen: list[tuple[str, str]] = []
+    seen: list[tuple[str, str, str | None]] = []
 
     async def handler(job: Job[str]) -> None:
-        seen.append((job.id, job.payload))
+        seen.append((job.id, job.payload, job.replayed_from))
 
     assert await admin.retry_dead_letters([target.dead_id]) == 1
     assert await admin.retry_dead_letters([target.dead_id]) == 0  # gone: harmless repeat
@@ -198,7 +198,7 @@ async def test_retry_dead_letters_keeps_id_and_payload(
     assert [r.job_id for r in remaining.rows] == ["x2"]
     async with running_worker(client, queue.name, handler):
         await wait_until_async(lambda: _seen(seen))
-    assert seen == [("x1", "p-x1")]
+    assert seen == [("x1", "p-x1", target.dead_id)]
 
 
 async def _seen(seen: list[Any]) -> bool:
@@ -228,6 +228,8 @@ async def test_retry_copies_only_job_id_payload_and_trace(
         "_respire.job.id": "m1",
         "_respire.job.payload": "body",
         "_respire.trace.parent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01",
+        # the replay names the dead letter it came from (seed 004)
+        "_respire.replayed_from": dead_id.decode(),
     }
     detail = await admin.job(rows[0][0].decode())
     assert detail is not None and detail.trace_id == "a" * 32

@@ -217,9 +217,11 @@ async def test_delivery_limit_counts_attempts_across_durable_retries(
     client: RedisClient, queue: JobQueue[str]
 ) -> None:
     totals: list[tuple[int, int]] = []
+    provenance: list[tuple[str, str | None, str | None]] = []
 
     async def handler(job: Job[str]) -> Any:
         totals.append((job.attempt, job.total_attempts))
+        provenance.append((job.entry_id, job.previous_entry_id, job.retry_reason))
         raise RuntimeError("always")
 
     qo = sched_options(retry_backoff=timedelta(milliseconds=1))
@@ -230,6 +232,10 @@ async def test_delivery_limit_counts_attempts_across_durable_retries(
     ) as worker:
         await wait_until(lambda: worker.statistics(queue.name).dead_lettered == 1)
     assert totals == [(1, 1), (1, 2), (1, 3)]
+    # every rescheduled attempt names the attempt before it and why it failed (seed 004)
+    (first, _, _), (second, prior2, why2), (_, prior3, why3) = provenance
+    assert provenance[0][1:] == (None, None)
+    assert (prior2, why2, prior3, why3) == (first, "processing-failed", second, "processing-failed")
     (letter,) = await queue.read_dead_letters()
     fields = letter[1]
     assert fields["_respire.attempt"] == b"1"
