@@ -482,6 +482,27 @@ def _mapped(reply: Any) -> Any:
     return _map_reply(str(reply)) if type(reply) is ReplyError else reply
 
 
+_SCRIPT_CALLS = frozenset({b"EVAL", b"EVALSHA", b"EVAL_RO", b"EVALSHA_RO", b"FCALL", b"FCALL_RO"})
+
+
+def _reply_error(reply: Any, args: Sequence[Arg]) -> RespireError:
+    """The error of one command's error reply; a plain ``WRONGTYPE`` (which names no key)
+    gets the command's keys added, so the message says which key is in the way."""
+    error = _map_reply(str(reply))
+    if isinstance(error, WrongKeyType) and error.code == "WRONGTYPE":
+        name = command_name(args[0])
+        rest = args[1:]
+        indices = [] if name in _SCRIPT_CALLS else key_indices(name, rest)
+        if indices:
+            keys = ", ".join(repr(_text(rest[i])) for i in indices)
+            error = WrongKeyType(
+                f"{error} ({name.decode()} on {keys}: another application, or another kind of "
+                "respire_actors object, uses that key; give the queue a name or key prefix of "
+                "its own)"
+            )
+    return error
+
+
 # --------------------------------------------------------------------------------------------
 # capabilities
 
@@ -923,7 +944,7 @@ class RedisClient:
                 raise
             raise mapped from exc
         if type(reply) is ReplyError:
-            raise _map_reply(str(reply))
+            raise _reply_error(reply, args)
         return reply
 
     async def pipeline(
@@ -998,7 +1019,10 @@ class RedisClient:
             return [exc] * len(commands)
         if replies is None:
             return [_gave_up(give_up)] * len(commands)
-        return [_mapped(r) for r in replies]
+        return [
+            _reply_error(r, c) if type(r) is ReplyError else r
+            for r, c in zip(replies, commands, strict=True)
+        ]
 
     async def _cluster_pipeline(
         self,
@@ -1067,7 +1091,10 @@ class RedisClient:
                         partial.partial_results = [_mapped(r) for r in results]
                         raise partial from result
                     raise result
-        return [_mapped(r) for r in results]
+        return [
+            _reply_error(r, c) if type(r) is ReplyError else r
+            for r, c in zip(results, commands, strict=True)
+        ]
 
     async def _acquire_bounded(self, pool: DedicatedPool) -> Dedicated:
         """A pooled connection for a transaction, waiting at most the command timeout for one

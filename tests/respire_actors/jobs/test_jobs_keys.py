@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 import pytest
 from jobs_helpers import fast_options, running_worker, text, wait_until
 
 from respire_actors.codecs import StrCodec
+from respire_actors.errors import WrongKeyType
 from respire_actors.jobs import ACK, DeadLetter, Job, JobQueue, Outcome
 from respire_actors.redis.client import RedisClient, connect
 
@@ -74,3 +76,20 @@ async def test_a_key_prefix_applies_to_every_key(
     found = await keys_matching(client, f"*{unique_name}*")
     assert found and all(k.startswith(prefix) for k in found)
     assert f"{prefix}{{respire-job:email}}:events" in found
+
+
+async def test_a_key_of_the_wrong_type_is_named_by_reads_and_pipelines(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """A plain WRONGTYPE reply names no key: the client adds the command's keys, so the
+    queue's read methods (not only its scripts) say which key is in the way."""
+    await client.execute("SET", queue.keys.dead, "not a stream")
+    await client.execute("SET", queue.keys.control, "not a hash")
+    with pytest.raises(WrongKeyType, match=rf"XRANGE on '{re.escape(queue.keys.dead)}'") as dead:
+        await queue.read_dead_letters()
+    assert dead.value.code == "WRONGTYPE"
+    with pytest.raises(WrongKeyType, match=rf"HMGET on '{re.escape(queue.keys.control)}'"):
+        await queue.get_state()
+    wrong, pong = await client.pipeline([("XLEN", queue.keys.dead), ("PING",)])
+    assert isinstance(wrong, WrongKeyType) and queue.keys.dead in str(wrong)
+    assert pong == b"PONG"
