@@ -80,6 +80,8 @@ class JobSource:
         # Crash-loop isolation (actors/isolation.py): the delivery count from which a claimed
         # entry comes alone in its recovery page (0: off); set by the worker registration.
         self.alone_from = 0
+        # the worker's visibility timeout, recorded with each renewal (0: not recorded)
+        self.visibility_ms = 0
 
     async def _group(self, context: str, on_missing: str) -> None:
         reply = await _JOB_GROUP(
@@ -373,9 +375,13 @@ class JobSource:
         args: list[Arg] = [self.group, consumer, len(items)]
         for entry_id, attempt, group in items:
             args += [entry_id, attempt, group]
+        if self.visibility_ms:
+            args.append(self.visibility_ms)  # recorded: see job_lease_renew's ARGV
         k = self.keys
         reply = await _LEASE_RENEW(
-            self.client, (k.ready, k.group_leases, k.group_owners, k.group_policy), args
+            self.client,
+            (k.ready, k.group_leases, k.group_owners, k.group_policy, k.control),
+            args,
         )
         return [int(x) for x in reply]
 

@@ -40,6 +40,7 @@ from ..actors.options import (
     QueueOptions,
     WorkerOptions,
     default_consumer_name,
+    duration_ms,
 )
 from ..actors.promoter import run_promoter
 from ..actors.restarts import RestartLimits
@@ -227,6 +228,7 @@ class Worker(ConsumerHost):
         )
         if o.isolate_suspects:
             source.alone_from = suspect_from(o.delivery_limit or 0)
+        source.visibility_ms = duration_ms(o.visibility_timeout, what="visibility_timeout")
         return source
 
     def _runtime(self, client: RedisClient, reg: Registration) -> QueueRuntime:

@@ -13,7 +13,11 @@
 -- ARGV[3]  mode: 'recover' (claim entries idle for at least ARGV[4] ms, from cursor ARGV[5];
 --          XPENDING IDLE then XCLAIM per admitted entry)
 --          or 'replay' (re-claim this consumer's own pending entries after ARGV[5])
--- ARGV[4]  minimum idle time in ms (recover mode)
+-- ARGV[4]  minimum idle time in ms (recover mode): the caller's visibility timeout. It is
+--          recorded in the control hash (lease.ms / lease.until) and, while another worker's
+--          longer one is recorded there, that one is used instead (see respire_lease_floor in
+--          lib/fence.lua: workers configured with different timeouts never claim each other's
+--          running jobs)
 -- ARGV[5]  cursor (an entry id; '0-0' to start)
 -- ARGV[6]  page size (1 .. 1000)
 -- ARGV[7]  delivery limit (0 = unlimited); counted as prior attempts + this entry's deliveries
@@ -78,6 +82,17 @@ if not retention then return rerr end
 local alone_from = tonumber(ARGV[10] or '0')
 if not alone_from or alone_from < 0 or alone_from % 1 ~= 0 then
   return redis.error_reply('RESPIRE_ARGUMENT bad recovery arguments')
+end
+-- Recovery waits for the longest visibility timeout a recovering worker recorded, and records
+-- this worker's (lib/fence.lua). The record is a heartbeat, not part of the transition: it is
+-- written on every recover call, paused or rate limited too, so it cannot lapse while the
+-- queue is paused and its handlers still run.
+if mode == 'recover' then
+  local lerr = respire_preflight({{control, 'hash'}}, {{'HSET', control, 'lease.ms', '0'}})
+  if lerr then return lerr end
+  local own = min_idle
+  min_idle = respire_lease_floor(control, own)
+  respire_lease_record(control, own)
 end
 local status, allowed, window = respire_admit(control, count)
 if status == 'paused' then return {'paused'} end

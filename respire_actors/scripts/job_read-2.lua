@@ -8,7 +8,9 @@
 -- ARGV[4]  expired entries are acknowledged and kept ('ack', default) or deleted ('delete';
 --          XACKDEL where the server has it, else XACK + XDEL, decided here; see lib/fence.lua)
 -- ARGV[5]  visibility timeout in ms (optional, 0 = none): under a rate policy, an entry idle this
---          long makes the read return {'recover', id, pace_ms} instead of reading new entries
+--          long makes the read return {'recover', id, pace_ms} instead of reading new entries;
+--          it is also recorded in the control hash (respire_lease_record in lib/fence.lua) so
+--          workers with a shorter timeout do not claim what this read delivers
 --
 -- Admission (pause, then the rate limit) is checked before anything is claimed; the rate limit
 -- lowers COUNT to the permits left in the current window and to a tenth of the window's permits
@@ -38,9 +40,13 @@ local early, allowed, pace, window = respire_read_admission(ready, control, grou
                                                              min_idle)
 if early then return early end
 -- TIME: an expiry is checked on the server clock after the entries were delivered
-local err = respire_preflight({}, respire_admit_probes(
-  respire_ack_probes({{'TIME'}}, ready, group, mode), control, window))
+local probes = respire_admit_probes(respire_ack_probes({{'TIME'}}, ready, group, mode), control,
+                                    window)
+if min_idle > 0 then probes[#probes + 1] = {'HSET', control, 'lease.ms', '0'} end
+local err = respire_preflight({{control, 'hash'}}, probes)
 if err then return err end
+-- the reader's visibility timeout, recorded before anything is delivered (lib/fence.lua)
+respire_lease_record(control, min_idle)
 local reply = redis.call('XREADGROUP', 'GROUP', group, consumer, 'COUNT', allowed,
                          'STREAMS', ready, '>')
 if reply and reply[1] and #reply[1][2] > 0 then

@@ -70,6 +70,7 @@ probes[#probes + 1] = {'HSET', policy, 'f', 'v'}
 probes[#probes + 1] = {'HDEL', policy, 'f'}
 probes[#probes + 1] = {'HINCRBY', policy, 'f', '1'}
 probes[#probes + 1] = {'ZREM', parked, 'm'}
+if min_idle > 0 then probes[#probes + 1] = {'HSET', control, 'lease.ms', '0'} end
 -- the reads after the first delivery was written: TIME (expiries) always; the group visits'
 -- only when there are groups to visit (the visits, and their reads, run only then)
 probes[#probes + 1] = {'TIME'}
@@ -93,9 +94,11 @@ end
 local err = respire_preflight(
   {{ready, 'stream'}, {scheduled, 'stream'}, {order, 'zset'}, {jobs, 'zset'},
    {cursor_key, 'string'}, {policy, 'hash'}, {owners, 'hash'}, {leases, 'zset'},
-   {parked, 'zset'}},
+   {parked, 'zset'}, {control, 'hash'}},
   respire_lease_probes(probes, leases, owners, parked))
 if err then return err end
+-- the reader's visibility timeout, recorded before anything is delivered (lib/fence.lua)
+respire_lease_record(control, min_idle)
 
 local now_ms = nil
 local function now()

@@ -467,7 +467,7 @@ async def test_lease_renewal_refuses_malformed_batches(
     with pytest.raises(ScriptError):
         await load("job_lease_renew")(
             client,
-            (keys.ready, keys.group_leases, keys.group_owners, keys.group_policy),
+            (keys.ready, keys.group_leases, keys.group_owners, keys.group_policy, keys.control),
             ("respire", *args),
         )
     assert await client.execute("KEYS", f"*{unique_name}*") == []

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import pytest
 
 from respire_actors.errors import PermissionDenied, ScriptError, ServerError, WrongKeyType
@@ -556,11 +557,91 @@ async def test_recover_claims_idle_entries_and_counts_deleted_ones(
     # Not idle long enough: nothing is claimed.
     reply = await claim(client, keys, "c2", "recover", min_idle=60_000)
     assert s(reply[0]) == "ok" and reply[2] == [] and int(reply[3]) == 0
+    # that call recorded a 60 s lease for the queue (see the next test): forget it here
+    await client.execute("HDEL", keys.control, "lease.ms", "lease.until")
     await client.execute("XDEL", keys.ready, a)
     reply = await claim(client, keys, "c2", "recover", min_idle=0)
     assert [(s(e[0]), int(e[2])) for e in reply[2]] == [(b, 2)]
     assert int(reply[3]) == 1 and int(reply[4]) == 0
     assert await pending(client, keys) == [(b, "c2", 2)]
+
+
+async def test_recovery_waits_for_the_longest_visibility_timeout_a_worker_recorded(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    """Found by review: a worker configured with a 2 s visibility timeout claimed the running,
+    renewed jobs of one configured with 30 s (it renews every 10 s), so every job ran twice.
+    Each recovery call records its caller's timeout; a shorter caller waits for the longer one
+    while it is recorded (three of its lengths after its last recovery call)."""
+    (a,) = await delivered(client, keys, "a")
+    await anyio.sleep(0.3)
+    # the long-timeout worker's recovery pass: nothing idle for 30 s, its lease recorded
+    assert (await claim(client, keys, "c1", "recover", min_idle=30_000))[2] == []
+    ms, until = await client.execute("HMGET", keys.control, "lease.ms", "lease.until")
+    (now_s, now_us) = await client.execute("TIME")
+    now = int(now_s) * 1000 + int(now_us) // 1000
+    assert int(ms) == 30_000 and abs(int(until) - now - 90_000) < 1000
+    # the short-timeout worker: the entry is idle past its 200 ms, but not past 30 s
+    assert (await claim(client, keys, "c2", "recover", min_idle=200))[2] == []
+    assert int(await client.execute("HGET", keys.control, "lease.ms")) == 30_000  # kept
+    assert await pending(client, keys) == [(a, "c1", 1)]
+    # the long one lapsed (its worker stopped recovering): the short one applies and is recorded
+    await client.execute("HSET", keys.control, "lease.until", now - 1)
+    reply = await claim(client, keys, "c2", "recover", min_idle=200)
+    assert [s(e[0]) for e in reply[2]] == [a]
+    assert int(await client.execute("HGET", keys.control, "lease.ms")) == 200
+    # a longer timeout replaces a shorter record at once
+    await claim(client, keys, "c1", "recover", min_idle=5_000)
+    assert int(await client.execute("HGET", keys.control, "lease.ms")) == 5_000
+
+
+async def test_reads_and_renewals_record_the_workers_visibility_timeout(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    """A worker busy with long jobs runs no recovery pass (no free capacity): its reads and
+    lease renewals record its timeout, refreshing it once a third of its validity passed."""
+    await create_group(client, keys)
+    a = await enqueue(client, keys, "a")
+    reply = await READ(client, (keys.ready, keys.control), (GROUP, "c1", 1, "ack", 30_000))
+    assert s(reply[0]) == "ok"
+    assert int(await client.execute("HGET", keys.control, "lease.ms")) == 30_000
+    first = int(await client.execute("HGET", keys.control, "lease.until"))
+    # a shorter timeout does not replace it; the same one within its first third keeps it
+    await READ(client, (keys.ready, keys.control), (GROUP, "c2", 1, "ack", 1_000))
+    await READ(client, (keys.ready, keys.control), (GROUP, "c1", 1, "ack", 30_000))
+    assert await client.execute("HMGET", keys.control, "lease.ms", "lease.until") == [
+        b"30000",
+        str(first).encode(),
+    ]
+    renew = load("job_lease_renew")
+    lease_keys = (keys.ready, keys.group_leases, keys.group_owners, keys.group_policy)
+    await client.execute("HDEL", keys.control, "lease.ms", "lease.until")
+    assert await renew(client, (*lease_keys, keys.control), (GROUP, "c1", 1, a, 1, "", 20_000)) == [
+        1
+    ]
+    assert int(await client.execute("HGET", keys.control, "lease.ms")) == 20_000
+    # without the timeout argument (an older caller), nothing is recorded
+    await client.execute("HDEL", keys.control, "lease.ms", "lease.until")
+    assert await renew(client, (*lease_keys, keys.control), (GROUP, "c1", 1, a, 1, "")) == [1]
+    assert await client.execute("HGET", keys.control, "lease.ms") is None
+
+
+async def test_the_rate_policy_recover_redirect_waits_for_the_recorded_lease(
+    client: RedisClient, keys: JobQueueKeys
+) -> None:
+    await create_group(client, keys)
+    await enqueue(client, keys, "a")
+    await enqueue(client, keys, "b")
+    ((a, _),) = (await read(client, keys, "c1"))[1]
+    await client.execute("HSET", keys.control, "rate.limit", "1000", "rate.window", "60000")
+    await claim(client, keys, "c1", "recover", min_idle=30_000)  # records 30 s
+    await anyio.sleep(0.3)
+    reply = await READ(client, (keys.ready, keys.control), (GROUP, "c2", 1, "ack", 200))
+    assert s(reply[0]) == "ok"  # not sent to recover c1's entry, idle only 0.3 s of 30
+    await client.execute("HDEL", keys.control, "lease.ms", "lease.until")
+    await enqueue(client, keys, "c")
+    reply = await READ(client, (keys.ready, keys.control), (GROUP, "c2", 1, "ack", 200))
+    assert [s(x) for x in reply[:2]] == ["recover", s(a)]
 
 
 async def test_recover_dead_letters_past_the_limit(client: RedisClient, keys: JobQueueKeys) -> None:

@@ -143,6 +143,39 @@ local function respire_admit_slice(state, allowed)
   return allowed, math.ceil(state[4] * allowed / state[3])
 end
 
+-- Workers of one queue may be configured with different visibility timeouts (a rolling deploy
+-- that changes it): an entry's lease is its idle time, so a worker with a shorter timeout would
+-- claim the running, renewed jobs of one with a longer timeout (it renews only every third of
+-- its own). Each recovery pass therefore records its worker's timeout in the control hash
+-- (lease.ms, valid until lease.until on the server clock: three of those timeouts, refreshed by
+-- every pass of that worker), and while a longer timeout than a caller's is recorded, recovery
+-- and the rate policy's recover redirect wait for that one instead. A longer recorded timeout
+-- lapses three of its own lengths after its last worker stopped recovering.
+-- Returns the minimum idle time to use (ms).
+local function respire_lease_floor(control, min_idle)
+  local r = redis.call('HMGET', control, 'lease.ms', 'lease.until')
+  local ms, valid_until = tonumber(r[1] or ''), tonumber(r[2] or '')
+  if ms and valid_until and ms > min_idle and valid_until > respire_now_ms() then return ms end
+  return min_idle
+end
+
+-- Records a worker's own visibility timeout `own` (see respire_lease_floor) unless a longer one
+-- is recorded and still valid; the same one is refreshed once a third of its validity has
+-- passed (so most calls only read). Called by recovery, by every read that passes its timeout
+-- and by lease renewal. The caller preflights HSET on `control`.
+local function respire_lease_record(control, own)
+  if own <= 0 then return end
+  local r = redis.call('HMGET', control, 'lease.ms', 'lease.until')
+  local ms, valid_until = tonumber(r[1] or ''), tonumber(r[2] or '')
+  local now = respire_now_ms()
+  if ms and valid_until and valid_until > now then
+    if ms > own then return end
+    if ms == own and valid_until - now > 2 * own then return end
+  end
+  redis.call('HSET', control, 'lease.ms', string.format('%d', own),
+             'lease.until', string.format('%d', now + 3 * own))
+end
+
 -- Admission of a read (job_read, job_select): the queue's pause and rate limit, the read's slice
 -- of the window, and, under a rate policy, recovery before new reads (while an entry is idle
 -- past the visibility timeout, the reader is sent to recover it with its permits instead of
@@ -155,6 +188,7 @@ local function respire_read_admission(ready, control, group, count, min_idle)
   local pace
   allowed, pace = respire_admit_slice(window, allowed)
   if window and min_idle > 0 and redis.call('EXISTS', ready) == 1 then
+    min_idle = respire_lease_floor(control, min_idle)
     local stale = redis.call('XPENDING', ready, group, 'IDLE', min_idle, '-', '+', 1)
     if stale[1] then return {'recover', stale[1][1], pace} end
   end

@@ -88,6 +88,42 @@ async def test_a_renewed_long_job_completes_once_with_no_recovery(
     assert await pending_rows(client, queue.keys) == []
 
 
+async def test_a_worker_with_a_shorter_visibility_timeout_leaves_longer_leases_alone(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """Found by review (a rolling deploy that shortens the timeout): worker A (30 s, so it
+    renews every 10 s) runs four 2.5 s jobs while worker B (0.5 s) recovers every 50 ms. B
+    used to claim all four after 0.5 s and run them again; now its recovery waits for A's
+    recorded 30 s, and every job runs once."""
+    for i in range(4):
+        await queue.enqueue(f"j{i}", "x")
+    calls: list[tuple[str, str]] = []
+
+    async def slow(job: Job[str]) -> Outcome:
+        calls.append(("a", job.id))
+        await anyio.sleep(2.5)
+        return ACK
+
+    async def other(job: Job[str]) -> Outcome:
+        calls.append(("b", job.id))
+        return ACK
+
+    long_opts = fast_options(consumer_count=4, visibility_timeout=timedelta(seconds=30))
+    short_opts = fast_options(consumer_count=4, visibility_timeout=timedelta(milliseconds=500))
+    async with running_worker(client, queue.name, slow, options=long_opts) as a:
+        sa = a.statistics(queue.name)
+        await wait_until(lambda: sa.started == 4)
+        await anyio.sleep(0.2)  # A's first recovery pass has recorded its 30 s
+        async with running_worker(client, queue.name, other, options=short_opts) as b:
+            await wait_until(lambda: sa.acked == 4, timeout=15)
+            sb = b.statistics(queue.name)
+            assert sb.recovered == sb.started == 0
+    assert sorted(calls) == [("a", f"j{i}") for i in range(4)]
+    assert sa.stale_completions == 0
+    completed = await events_of_kind(client, queue.keys, "completed")
+    assert sorted((e.job_id, e.attempt) for e in completed) == [(f"j{i}", 1) for i in range(4)]
+
+
 async def test_without_renewal_the_same_job_is_cancelled_and_recovered(
     client: RedisClient, queue: JobQueue[str]
 ) -> None:

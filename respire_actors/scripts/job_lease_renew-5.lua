@@ -5,11 +5,16 @@
 -- KEYS[2]  concurrency leases (:group-leases)
 -- KEYS[3]  lease owners (:group-owners)
 -- KEYS[4]  group policy (:group-policy; lease duration per group, default 60 s)
+-- KEYS[5]  control hash (the recorded visibility timeout; see respire_lease_record)
 -- ARGV[1]  consumer group
 -- ARGV[2]  consumer name
 -- ARGV[3]  n, the number of deliveries (0 .. 1000); then n triples:
 --          entry id (ms-seq), attempt (the delivery count the handler was given),
 --          job group ('' for an ungrouped job)
+-- ARGV[4 + 3n] optional: the worker's visibility timeout in ms (0 or absent: none). When
+--          given, it is recorded in the control hash as recovery does (lib/fence.lua), so a
+--          worker busy with long jobs, whose recovery passes wait for free capacity, keeps its
+--          longer timeout recorded and no worker with a shorter one claims its deliveries
 --
 -- Per delivery, in order: the fence (pending for this consumer with this delivery count), the
 -- body (a deleted body is not claimed: XCLAIM would drop it from the pending list), then for a
@@ -28,11 +33,15 @@
 --!include lib/fence.lua
 --!include lib/group_lease.lua
 
-local ready, leases, owners, policy = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local ready, leases, owners, policy, control = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local group, consumer = ARGV[1], ARGV[2]
 local n = tonumber(ARGV[3])
-if not n or n < 0 or n > 1000 or n % 1 ~= 0 or #ARGV ~= 3 + n * 3 then
+if not n or n < 0 or n > 1000 or n % 1 ~= 0 or (#ARGV ~= 3 + n * 3 and #ARGV ~= 4 + n * 3) then
   return redis.error_reply('RESPIRE_ARGUMENT renewal batch is malformed')
+end
+local own = tonumber(ARGV[4 + n * 3] or '0')
+if not own or own < 0 or own > 2147483647 or own % 1 ~= 0 then
+  return redis.error_reply('RESPIRE_ARGUMENT visibility timeout out of range')
 end
 local grouped = false
 for i = 0, n - 1 do
@@ -45,6 +54,11 @@ end
 local types = {{ready, 'stream'}}
 local probes = respire_fence_probes({{'XCLAIM', ready, group, consumer, '0', '0-1', 'JUSTID'}},
                                     ready, grouped)
+if own > 0 then
+  types[#types + 1] = {control, 'hash'}
+  probes[#probes + 1] = {'HSET', control, 'lease.ms', '0'}
+  probes[#probes + 1] = {'HMGET', control, 'lease.ms'}
+end
 if grouped then
   types[#types + 1] = {leases, 'zset'}
   types[#types + 1] = {owners, 'hash'}
@@ -56,6 +70,7 @@ if grouped then
 end
 local err = respire_preflight(types, probes)
 if err then return err end
+respire_lease_record(control, own)
 
 local now = nil
 local statuses = {}
