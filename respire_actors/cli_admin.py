@@ -21,6 +21,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from .actors.messages import DeadLetterReason
 from .admin import QueueAdmin, QueueSummary, TrimPlan, list_queues
@@ -133,11 +134,13 @@ def _table(
     """Print a table whose cells are never folded: an entry id or count split over two lines
     could not be copied back into a command. A table wider than the terminal is printed at
     its own width (the terminal wraps whole lines instead)."""
-    table = Table(title=title, title_justify="left")
+    # cells and title are text, never Rich markup: queue names, job ids and dead-letter
+    # details come from the queue's data ("[/api]" in an exception text is no closing tag)
+    table = Table(title=Text(title), title_justify="left")
     for column in columns:
         table.add_column(column, no_wrap=True)
     for row in rows:
-        table.add_row(*("-" if c is None else str(c) for c in row))
+        table.add_row(*(Text("-" if c is None else str(c)) for c in row))
     console = console or _console()
     needed = console.measure(table, options=console.options.update_width(10_000)).maximum
     if needed > console.width:

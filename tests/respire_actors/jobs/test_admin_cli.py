@@ -138,6 +138,29 @@ async def test_dead_letters(server_url: str, anyio_backend: str, busy: JobQueue[
     assert page["rows"][0]["payload"] == "p" and page["rows"][0]["job_id"] == "j3"
 
 
+async def test_tables_print_queue_data_as_text_never_as_markup(
+    client: RedisClient, server_url: str, anyio_backend: str, unique_name: str
+) -> None:
+    """Found by review: table cells went through Rich markup, so a dead-letter detail with
+    "[/api/v1/users]" in it crashed `dead-letters` (MarkupError) and "[bold]" in a job id
+    vanished from the table (the id an operator copies from it was wrong)."""
+    queue = JobQueue(client, f"{unique_name}[bold]x", StrCodec())
+    await register_queue(client, queue.name)
+    await create_group(client, queue.keys)
+    await client.execute(
+        "XADD", queue.keys.dead, "*", "_respire.job.id", "order-[red]42",
+        "_respire.job.payload", "p", "_respire.reason", "processing-failed",
+        "_respire.attempt", "1", "_respire.detail", "KeyError: '[/api/v1/users]'",
+    )  # fmt: skip
+    result = await cli(server_url, anyio_backend, "dead-letters", queue.name)
+    assert result.returncode == 0, result.stderr
+    assert "order-[red]42" in result.stdout
+    assert f"{unique_name}[bold]x" in result.stdout  # the title
+    result = await cli(server_url, anyio_backend, "queue", queue.name)
+    assert result.returncode == 0, result.stderr
+    assert f"{unique_name}[bold]x" in result.stdout
+
+
 async def test_retry_ids_and_all(
     client: RedisClient, server_url: str, anyio_backend: str, busy: JobQueue[str]
 ) -> None:
