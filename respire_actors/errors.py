@@ -198,9 +198,13 @@ class ServerError(RespireError):
         self.detail = detail if self.code else message
 
 
-class ServerLoading(ServerError):
-    """The server answered ``LOADING``: it is still reading its data set into memory and ran
-    nothing. Safe to retry after a short wait (start-up waits for it to finish)."""
+class ServerLoading(ServerError, RedisUnavailable):
+    """The server answered ``LOADING``: it is still reading its data set into memory (after a
+    restart) and ran nothing. Both a :class:`ServerError` (the reply's code is ``LOADING``) and
+    a :class:`RedisUnavailable` with ``ran = False``: code that waits out an outage waits this
+    out too, and a retry after a short wait is always safe (start-up waits for it to finish)."""
+
+    ran = False
 
 
 class PermissionDenied(ServerError):

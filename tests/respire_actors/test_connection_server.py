@@ -329,6 +329,8 @@ def test_map_error_table() -> None:
     assert isinstance(noperm, PermissionDenied) and noperm.code == "NOPERM"
     loading = map_error(ReplyError("LOADING Redis is loading the dataset in memory"))
     assert isinstance(loading, ServerLoading) and loading.code == "LOADING"
+    # a producer written for outages (RedisUnavailable, ran) handles a restart's LOADING too
+    assert isinstance(loading, RedisUnavailable) and loading.ran is False
     noscript = map_error(ReplyError("NOSCRIPT No matching script. Please use EVAL."))
     assert type(noscript) is ServerError and noscript.code == "NOSCRIPT"
     busy = map_error(ReplyError("BUSYGROUP Consumer Group name already exists"))
