@@ -21,12 +21,21 @@ def dispatch_page(rt: QueueRuntime, mode: str, result: ClaimResult, taken: int) 
     rt.stats.cleared_deleted_refs += result.cleared_deleted
     if result.cleared_deleted:
         # the seed's trim loss: the work is gone, only its pending reference was left
+        job_queue = rt.keys is not None or bool(rt.partition_keys)
+        advice = (
+            "trim with the safe trim (python -m respire_actors trim), never a raw XTRIM"
+            if job_queue
+            # an application stream: no CLI trim takes its key; the MINID procedure does
+            else "trim only below the oldest entry every group still has pending or unread "
+            "(XTRIM MINID, the safe trimming procedure in docs/topics.md), never by length"
+        )
         log.warning(
             "%s: recovery found %d pending entries whose payload was deleted (a trim or XDEL "
             "past unacknowledged work) and cleared them: those jobs are lost and will not run; "
-            "trim with the safe trim (python -m respire_actors trim), never a raw XTRIM",
+            "%s",
             rt.name,
             result.cleared_deleted,
+            advice,
         )
     rt.stats.dead_lettered_by_recovery += result.dead_lettered
     rt.stats.expired += result.expired

@@ -33,14 +33,36 @@ if (mode ~= 'recover' and mode ~= 'replay') or not count or count < 1 or count >
   return redis.error_reply('RESPIRE_ARGUMENT bad recovery arguments')
 end
 delete = delete == '1'
-local perms = {{'XADD', dead, '*', 'f', 'v'}, {'XACK', stream, group, '0-1'}}
+local perms = {{'XACK', stream, group, '0-1'}}
 if delete then perms[#perms + 1] = {'XDEL', stream, '0-1'} end
 -- the claims are the first writes; the delivery counts are read after them
 perms[#perms + 1] = {'XAUTOCLAIM', stream, group, consumer, '0', '0-0', 'COUNT', '1'}
 perms[#perms + 1] = {'XCLAIM', stream, group, consumer, '0', '0-1'}
 perms[#perms + 1] = {'XPENDING', stream, group, '-', '+', '1'}
-local err = respire_preflight({{stream, 'stream'}, {dead, 'stream'}}, perms)
+local err = respire_preflight({{stream, 'stream'}}, perms)
 if err then return err end
+-- The dead-letter stream is checked only when this page holds an entry at the limit (its
+-- delivery count before the claim, read without claiming): a dead-letter key in a bad state
+-- must not stop the recovery of every other entry.
+if limit > 0 then
+  local rows
+  if mode == 'recover' then
+    local start = cursor
+    if start == '0-0' then start = '-' end
+    rows = redis.call('XPENDING', stream, group, 'IDLE', min_idle, start, '+', count)
+  else
+    local start = '-'
+    if cursor ~= '0-0' then start = '(' .. cursor end
+    rows = redis.call('XPENDING', stream, group, start, '+', count, consumer)
+  end
+  for _, row in ipairs(rows) do
+    if tonumber(row[4]) >= limit then
+      err = respire_preflight({{dead, 'stream'}}, {{'XADD', dead, '*', 'f', 'v'}})
+      if err then return err end
+      break
+    end
+  end
+end
 
 local entries, next_cursor, deleted =
   respire_claim_page(stream, group, consumer, mode, min_idle, cursor, count)

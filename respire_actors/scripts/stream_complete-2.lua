@@ -26,17 +26,27 @@ if not n or n < 1 or #ARGV ~= 4 + n * 4 then
 end
 -- Every outcome is checked before the first write (a bad one later in the batch must not
 -- leave the earlier ones committed).
+local dead_letters = false
 for i = 0, n - 1 do
   local base = 5 + i * 4
   local kind = ARGV[base + 2]
   if not tonumber(ARGV[base + 1]) or (kind ~= 'ack' and kind ~= 'dead') then
     return redis.error_reply('RESPIRE_ARGUMENT completion ' .. (i + 1) .. ' is malformed')
   end
+  if kind == 'dead' then dead_letters = true end
 end
-local perms = {{'XADD', dead, '*', 'f', 'v'}, {'XDEL', dead, '0-1'}, {'XACK', stream, group, '0-1'}}
+-- The dead-letter stream is checked only for a batch that writes to it: a dead-letter key in a
+-- bad state must not refuse plain acknowledgements (the completer retries a refused batch one
+-- completion at a time, so the acks of a mixed batch still commit).
+local perms = {{'XACK', stream, group, '0-1'}}
+local types = {{stream, 'stream'}}
+if dead_letters then
+  perms[#perms + 1] = {'XADD', dead, '*', 'f', 'v'}
+  perms[#perms + 1] = {'XDEL', dead, '0-1'}
+  types[#types + 1] = {dead, 'stream'}
+end
 if delete then perms[#perms + 1] = {'XDEL', stream, '0-1'} end
-local err = respire_preflight({{stream, 'stream'}, {dead, 'stream'}},
-                              respire_fence_probes(perms, stream, false))
+local err = respire_preflight(types, respire_fence_probes(perms, stream, false))
 if err then return err end
 
 local statuses = {}

@@ -94,7 +94,9 @@ class StreamWorkerOptions:
     delivery_limit:      deliveries before an entry is dead-lettered (None = unlimited)
     dead_letter_stream:  full key of the dead-letter stream (default ``<stream>:dead``); must
                          share the stream's cluster slot
-    delete_acknowledged: XDEL entries once acknowledged (only if no other group needs them)
+    delete_acknowledged: XDEL entries once acknowledged; refused (ConfigurationError) at start
+                         when the stream has another consumer group, whose unread entries it
+                         would delete
     shutdown_grace:      time running handlers get to finish at shutdown
     recreate_missing_group: when the group vanishes under a running worker: ``"fail"``
                          (default: stop with ConsumerGroupMissing), ``"$"`` or an entry id
@@ -246,6 +248,17 @@ class StreamSource:
                 "dead_letter_stream"
             )
         await create_group(self.client, self.stream_key, self.group, self.start_id)
+        if self.delete_acknowledged:
+            others = [
+                g for g in await _group_names(self.client, self.stream_key) if g != self.group
+            ]
+            if others:
+                raise ConfigurationError(
+                    f"delete_acknowledged would delete entries of stream {self.stream_key} that "
+                    f"its other consumer group(s) {', '.join(repr(g) for g in others)} may not "
+                    "have read yet: turn it off (trim the stream by its slowest group instead, "
+                    "see docs/stream-workers.md), or remove the other groups"
+                )
 
     async def restore_group(self, on_missing: str) -> None:
         await recreate_group(self.client, self.stream_key, self.group, on_missing)
@@ -285,6 +298,16 @@ class StreamSource:
     async def renew(self, consumer: str, items: Sequence[RenewItem]) -> list[int]:
         """Renew running deliveries' visibility (``lease_renew``), one call for the batch."""
         return await renew_leases(self.client, self.stream_key, self.group, consumer, items)
+
+
+async def _group_names(client: RedisClient, stream: str) -> list[str]:
+    """The names of the stream's consumer groups (XINFO GROUPS)."""
+    names = []
+    for info in await client.execute("XINFO", "GROUPS", stream):
+        fields = dict(zip(info[::2], info[1::2], strict=True)) if isinstance(info, list) else info
+        name = fields.get(b"name", fields.get("name"))
+        names.append(text(name))
+    return names
 
 
 def bind_entry(rt: QueueRuntime, delivery: Delivery) -> StreamEntry:

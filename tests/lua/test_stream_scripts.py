@@ -236,6 +236,31 @@ async def test_claim_preflights_key_types_before_any_write(
         assert [(c, n) for _, c, n in await pending(client, stream)] == [("crashed", 1)]
 
 
+async def test_a_dead_letter_key_in_a_bad_state_stops_only_what_writes_to_it(
+    client: RedisClient, stream: str, dead: str
+) -> None:
+    """Found by review: with the dead-letter key overwritten by a string, every plain ack and
+    every recovery page was refused, so all work done meanwhile ran again later. Now only a
+    completion or page that dead-letters checks that key."""
+    ids = await setup(client, stream, 3)
+    await read(client, stream, "crashed", 2)
+    await client.execute("SET", dead, "x")
+    # recovery of entries below the limit goes on
+    reply = await claim(client, stream, dead, "me", limit=5)
+    assert [s(e[0]) for e in reply[2]] == ids[:2]
+    # plain acks commit; a dead letter is refused before any write
+    assert await complete(client, stream, dead, "me", (ids[0], 2, "ack", "")) == [1]
+    with pytest.raises(WrongKeyType, match="RESPIRE_WRONGTYPE"):
+        await complete(client, stream, dead, "me", (ids[1], 2, "dead", "nack"))
+    assert [(i, c, n) for i, c, n in await pending(client, stream)] == [(ids[1], "me", 2)]
+    # an entry at the limit needs the dead-letter stream: that page is refused unclaimed
+    await client.execute("DEL", dead)
+    await client.execute("SET", dead, "x")
+    with pytest.raises(WrongKeyType, match="RESPIRE_WRONGTYPE"):
+        await claim(client, stream, dead, "other", limit=2)
+    assert [(i, c, n) for i, c, n in await pending(client, stream)] == [(ids[1], "me", 2)]
+
+
 @pytest.mark.parametrize(
     "changes",
     [

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import anyio
 import pytest
 from streams_helpers import (
     FAST,
@@ -20,9 +21,10 @@ from streams_helpers import (
     wait_until_async,
 )
 
+from respire_actors.errors import ConfigurationError
 from respire_actors.jobs.model import ACK, NACK, DeadLetter
 from respire_actors.redis.client import RedisClient
-from respire_actors.streams import StreamEntry
+from respire_actors.streams import StreamEntry, StreamWorker
 
 pytestmark = pytest.mark.anyio
 
@@ -107,6 +109,33 @@ async def test_dead_letter_copies_the_entry_with_its_reason(
     if explicit:
         assert await xlen(client, f"{stream}:dead") == 0
     assert stats(worker, stream).acked == 0
+
+
+async def test_delete_acknowledged_is_refused_on_a_stream_another_group_reads(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Found by review: the XDEL after each ack removed entries another group ("audit") had
+    not read yet. A worker with delete_acknowledged now refuses to start on such a stream."""
+    stream = unique_name
+    await client.execute("XGROUP", "CREATE", stream, "audit", "0", "MKSTREAM")
+    for i in range(3):
+        await add(client, stream, n=str(i))
+    handled: list[str] = []
+
+    async def handler(e: StreamEntry) -> Any:
+        handled.append(e.id)
+        return ACK
+
+    worker = StreamWorker()
+    worker.register(stream, handler, fast_options(delete_acknowledged=True))
+    with anyio.fail_after(15), pytest.raises(Exception) as caught:
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run, client)
+    errors = [caught.value]
+    while isinstance(errors[0], BaseExceptionGroup):
+        errors = list(errors[0].exceptions)
+    assert isinstance(errors[0], ConfigurationError) and "'audit'" in str(errors[0])
+    assert handled == [] and await xlen(client, stream) == 3
 
 
 async def test_dead_letter_default_reason_and_delete_acknowledged(
