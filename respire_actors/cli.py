@@ -17,6 +17,7 @@ import math
 import os
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -475,10 +476,72 @@ class _StartupLogGate(logging.Filter):
 _gate: _StartupLogGate | None = None
 
 
+HARD_STOP_AFTER_SECOND_SIGNAL = 2.0
+"""Seconds the cancellation after a second signal gets before the process exits regardless."""
+HARD_STOP_MARGIN = 5.0
+"""Seconds past ``--shutdown-timeout`` a graceful stop gets before the process exits
+regardless (a shielded handler or one in a worker thread ignores cancellation)."""
+
+
+class _HardStop:
+    """A watchdog that ends the process when a stop takes too long: cancellation cannot
+    interrupt shielded code or a worker thread, and a stop must not wait on them for ever. It
+    runs in a daemon thread, so a blocked event loop cannot hold it up either. The work those
+    handlers held stays pending in Redis and is recovered after its visibility timeout; an
+    embedded server goes down with this process (its death signal)."""
+
+    def __init__(self) -> None:
+        self._timer: threading.Timer | None = None
+
+    def arm(self, seconds: float, why: str) -> None:
+        """Exit in ``seconds`` unless disarmed first (replacing an armed timer only when
+        sooner)."""
+        if self._timer is not None:
+            if seconds >= self._timer.interval:
+                return
+            self._timer.cancel()
+        self._timer = threading.Timer(seconds, self._exit, (seconds, why))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    @staticmethod
+    def _exit(seconds: float, why: str) -> None:
+        log.error(
+            "the app did not stop within %.0f s of %s (a shielded handler, or one running in a "
+            "thread, ignores cancellation): exiting now; the jobs it ran stay pending and are "
+            "recovered after their visibility timeout",
+            seconds,
+            why,
+        )
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(EXIT_FAILURE)
+
+
 async def _serve_with_signals(config: ServeConfig, phase: dict[str, bool]) -> int:
     """Serve until the app returns or a signal stops it. SIGINT, SIGTERM and SIGHUP (the
-    terminal went away) stop gracefully; a second signal cancels at once."""
+    terminal went away) stop gracefully, the process exiting regardless (code 1) if that takes
+    ``--shutdown-timeout`` plus :data:`HARD_STOP_MARGIN` seconds; a second signal cancels at
+    once, exiting regardless after :data:`HARD_STOP_AFTER_SECOND_SIGNAL` seconds."""
     stop_signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    hard_stop = _HardStop()
+    try:
+        return await _serve_until_stopped(config, phase, stop_signals, hard_stop)
+    finally:
+        hard_stop.disarm()
+
+
+async def _serve_until_stopped(
+    config: ServeConfig,
+    phase: dict[str, bool],
+    stop_signals: tuple[signal.Signals, ...],
+    hard_stop: _HardStop,
+) -> int:
     with anyio.open_signal_receiver(*stop_signals) as signals:
         async with anyio.create_task_group() as tg:
             outer = tg.cancel_scope
@@ -494,6 +557,11 @@ async def _serve_with_signals(config: ServeConfig, phase: dict[str, bool]) -> in
                         )
                         root = roots.get("root")
                         if root is not None:
+                            hard_stop.arm(
+                                config.shutdown_timeout + HARD_STOP_MARGIN,
+                                f"{signal.Signals(signum).name} (--shutdown-timeout "
+                                f"{config.shutdown_timeout:g} s)",
+                            )
                             root.request_stop()
                         else:
                             # still starting: nothing to drain. What start-up logged so far is
@@ -503,6 +571,11 @@ async def _serve_with_signals(config: ServeConfig, phase: dict[str, bool]) -> in
                             log.warning("stopped during start-up; nothing was served")
                             outer.cancel()
                     else:
+                        log.warning(
+                            "%s again: stopping at once (cancelling the running handlers)",
+                            signal.Signals(signum).name,
+                        )
+                        hard_stop.arm(HARD_STOP_AFTER_SECOND_SIGNAL, "the second signal")
                         outer.cancel()
 
             roots: dict[str, Supervisor] = {}

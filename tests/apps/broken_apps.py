@@ -66,3 +66,22 @@ class SlowStart:
 
 
 slow_start = SlowStart()
+
+
+class IgnoresStops:
+    """An app that starts, then runs work that ignores cancellation (a shielded wait and a
+    blocking call in a worker thread), as a handler may."""
+
+    async def run(self, client: Any, *, task_status: Any) -> None:
+        import time
+
+        import anyio
+
+        task_status.started()
+        print("serving", flush=True)
+        with anyio.CancelScope(shield=True):
+            await anyio.sleep(60)
+        await anyio.to_thread.run_sync(time.sleep, 60)
+
+
+ignores_stops = IgnoresStops()

@@ -249,3 +249,34 @@ def test_a_stop_during_start_up_says_so(tmp_path: Path) -> None:
         s.signal(signal.SIGINT)
         assert s.wait() == 0, s.stderr()
     assert "stopped during start-up" in s.stderr()
+
+
+@pytest.mark.parametrize("second_signal", [True, False], ids=["second-signal", "timeout"])
+def test_a_stop_ends_the_process_even_when_the_app_ignores_cancellation(
+    tmp_path: Path, second_signal: bool
+) -> None:
+    """Found by review: a second signal only cancelled, and neither it nor an expired
+    --shutdown-timeout could end a shielded wait or a worker thread: serve ran on for 27 s.
+    Now the process exits (code 1, saying why) 2 s after a second signal, or 5 s past the
+    shutdown timeout."""
+    with serving(
+        "tests.apps.broken_apps:ignores_stops",
+        "--redis-url",
+        "redis://127.0.0.1:6379",
+        "--shutdown-timeout",
+        "1",
+        stderr_path=tmp_path / "serve.err",
+    ) as s:
+        s.wait_for_line("serving")
+        time.sleep(0.5)  # the app is ready a moment before serve's tree reports it started
+        began = time.monotonic()
+        s.signal(signal.SIGTERM)
+        if second_signal:
+            time.sleep(0.5)
+            s.signal(signal.SIGTERM)
+        assert s.wait() == 1, s.stderr()
+        took = time.monotonic() - began
+    assert took < (5 if second_signal else 12), took
+    assert "did not stop within" in s.stderr() and "exiting now" in s.stderr()
+    if second_signal:
+        assert "again: stopping at once" in s.stderr()
