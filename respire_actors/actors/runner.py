@@ -268,10 +268,15 @@ async def _run_and_settle(
     if arg.lease_lost:
         log.warning("%r of %s lost its lease; left pending for recovery", label, rt.name)
         return
-    if lease is not None and not scope.cancelled_caught:
+    # the budget ran out and cancelled the handler; a handler that swallowed or shielded that
+    # cancellation and returned anyway overran its budget all the same (its outcome is ignored)
+    over_budget = (
+        scope.cancel_called and budget_end <= deadline and anyio.current_time() >= budget_end
+    )
+    if lease is not None and not scope.cancelled_caught and not over_budget:
         lease.returned = True  # the outcome is decided: a later loss is the commit's to report
-    if scope.cancelled_caught:
-        if budget_end <= deadline and anyio.current_time() >= budget_end:
+    if scope.cancelled_caught or over_budget:
+        if over_budget:
             rt.stats.timed_out += 1
             record.decided = "timeout"
             record.error = TimeoutError(f"the handler ran out of its {budget:g}s budget")

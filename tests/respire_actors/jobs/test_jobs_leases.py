@@ -192,6 +192,35 @@ async def test_the_budget_cancels_the_handler_and_the_nack_path_follows(
     assert await pending_rows(client, queue.keys) == []
 
 
+@pytest.mark.parametrize("how", ["swallowed", "shielded"])
+async def test_a_handler_that_overruns_its_budget_by_ignoring_the_cancellation_is_no_success(
+    client: RedisClient, queue: JobQueue[str], how: str
+) -> None:
+    """Found by review: a handler that caught the budget's cancellation (or shielded its
+    work) and returned after the budget was acknowledged, as if the budget did not exist. It
+    takes the nack path and counts as timed out, like one the budget cancelled."""
+    await queue.enqueue("stubborn", "x")
+
+    async def handler(job: Job[str]) -> Outcome:
+        if how == "shielded":
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.5)
+        else:
+            try:
+                await anyio.sleep(5)
+            except anyio.get_cancelled_exc_class():
+                pass
+        return ACK
+
+    opts = fast_options(consumer_count=1, visibility_timeout=LEASE, timeout=0.2, delivery_limit=1)
+    async with running_worker(client, queue.name, handler, options=opts) as worker:
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: stats.dead_lettered == 1, timeout=20)
+        assert stats.timed_out == 1 and stats.acked == 0
+    ((_, letter),) = await queue.read_dead_letters()
+    assert letter["_respire.detail"].startswith(b"timeout")
+
+
 async def test_a_budget_with_a_retry_backoff_stages_a_durable_retry(
     client: RedisClient, queue: JobQueue[str]
 ) -> None:
