@@ -418,6 +418,7 @@ class QueueAdmin:
         retried = 0
         for i in range(0, len(ids), MAX_RETRY_CHUNK):
             retried += await self._retry_chunk(ids[i : i + MAX_RETRY_CHUNK])
+        log.info("%s: retried %d of %d dead letters", self.name, retried, len(ids))
         return retried
 
     async def _retry_chunk(self, ids: Sequence[str]) -> int:
@@ -449,7 +450,8 @@ class QueueAdmin:
             else:
                 done += 1
                 log.debug("%s: retried dead letter %s as entry %s", self.name, dead_id, status)
-        log.info("%s: retried %d of %d dead letters", self.name, done, len(ids))
+        # one INFO line per call of retry_dead_letters / retry_all, not per page
+        log.debug("%s: retried %d of %d dead letters of a page", self.name, done, len(ids))
         return done
 
     async def retry_all(
@@ -471,6 +473,13 @@ class QueueAdmin:
         while True:
             rows = await self.client.execute("XRANGE", self.dead_key, cursor, end, "COUNT", batch)
             if not rows:
+                log.info(
+                    "%s: retried %d of %d dead letters scanned (%d skipped)",
+                    self.name,
+                    retried,
+                    scanned,
+                    skipped,
+                )
                 return
             ids = []
             for dead_id, flat in rows:

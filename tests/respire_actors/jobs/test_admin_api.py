@@ -415,6 +415,20 @@ async def test_retrying_many_dead_letters_logs_a_line_per_page_not_per_letter(
         assert await admin.retry_dead_letters(ids) == 30
     lines = [r for r in caplog.records if r.levelno >= logging.INFO]
     assert [r.getMessage() for r in lines] == [f"{queue.name}: retried 30 of 30 dead letters"]
+    # retry_all: one line for the whole run, not one per page (review: 20 lines for 10,000
+    # letters around the CLI's progress bar)
+    for i in range(30):
+        await client.execute(
+            "XADD", admin.dead_key, "*", "_respire.job.id", f"k{i}", "_respire.job.payload", "p"
+        )
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="respire_actors.admin"):
+        pages = [p async for p in admin.retry_all(batch=10)]
+    assert len(pages) == 3 and pages[-1].retried == 30
+    lines = [r for r in caplog.records if r.levelno >= logging.INFO]
+    assert [r.getMessage() for r in lines] == [
+        f"{queue.name}: retried 30 of 30 dead letters scanned (0 skipped)"
+    ]
 
 
 async def test_a_misspelt_dead_letter_reason_is_refused(
