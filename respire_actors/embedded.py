@@ -185,8 +185,14 @@ def _command(binary: Path, config: EmbeddedConfig, port: int, data_dir: Path) ->
     return cmd
 
 
-def _spawn(cmd: list[str], lock_fd: int) -> subprocess.Popen[bytes]:
-    """Start valkey-server holding the data-directory lock (``lock_fd`` is inherited).
+START_OUTPUT = "valkey-start.out"
+"""The file in the data directory that gets valkey-server's own stdout and stderr: what it
+prints before its log file is open (a ``FATAL CONFIG FILE ERROR``, say) lands there."""
+
+
+def _spawn(cmd: list[str], lock_fd: int, output: Path) -> subprocess.Popen[bytes]:
+    """Start valkey-server holding the data-directory lock (``lock_fd`` is inherited), its
+    stdout and stderr going to ``output`` (truncated).
 
     Forks in the calling thread (the event loop's) rather than in a worker thread, because
     the Linux death signal fires when the forking *thread* ends.
@@ -196,14 +202,15 @@ def _spawn(cmd: list[str], lock_fd: int) -> subprocess.Popen[bytes]:
             sys.executable, "-I", "-S", "-c", _DEATH_SIGNAL_SHIM,
             str(int(signal.SIGTERM)), str(os.getpid()), *cmd,
         ]  # fmt: skip
-    return subprocess.Popen(
-        cmd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # a terminal's SIGINT/SIGHUP goes to serve, not to the server
-        pass_fds=(lock_fd,),
-    )
+    with open(output, "wb") as out:
+        return subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # a terminal's SIGINT/SIGHUP goes to serve, not the server
+            pass_fds=(lock_fd,),
+        )
 
 
 # ------------------------------------------------------------------------------------------
@@ -419,11 +426,26 @@ async def _wait_ready(
     return probe
 
 
-def _tail_log(data_dir: Path, lines: int = 5) -> str:
+def _log_size(data_dir: Path) -> int:
     try:
-        text = (data_dir / "valkey.log").read_text(errors="replace").strip().splitlines()
+        return (data_dir / "valkey.log").stat().st_size
     except OSError:
-        return ""
+        return 0
+
+
+def _tail_log(data_dir: Path, since: int = 0, lines: int = 5) -> str:
+    """The last ``lines`` lines this start of the server wrote: what it printed before its
+    log file was open (:data:`START_OUTPUT`), then its log from byte ``since`` on (the log
+    of an earlier run is not this start's cause)."""
+    text: list[str] = []
+    for name, offset in ((START_OUTPUT, 0), ("valkey.log", since)):
+        try:
+            with open(data_dir / name, "rb") as f:
+                f.seek(offset)
+                chunk = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        text += [line.strip() for line in chunk.splitlines() if line.strip()]
     return " | ".join(text[-lines:])
 
 
@@ -471,8 +493,13 @@ async def run_embedded_server(
         attempts = 1 if config.port else 3  # a free port can be taken before the server binds
         for attempt in range(attempts):
             port = config.port or free_port()
+            log_from = _log_size(data_dir)
             try:
-                process = _spawn(_command(binary, config, port, data_dir), lock.fileno())
+                process = _spawn(
+                    _command(binary, config, port, data_dir),
+                    lock.fileno(),
+                    data_dir / START_OUTPUT,
+                )
             except OSError as exc:
                 raise EmbeddedServerError(f"cannot run valkey-server {binary}: {exc}") from exc
             try:
@@ -480,7 +507,7 @@ async def run_embedded_server(
                 probe = await _wait_ready(process, port, config)
                 if not probe.ready:
                     code = process.poll()
-                    why = _tail_log(data_dir) or "nothing"
+                    why = _tail_log(data_dir, log_from) or "nothing"
                     if code is not None and attempt + 1 < attempts and "in use" in why:
                         continue
                     state = (
@@ -498,7 +525,8 @@ async def run_embedded_server(
                 task_status.started(f"redis://127.0.0.1:{port}")
                 code = await _wait_exit(process)
                 raise EmbeddedServerError(
-                    f"valkey-server exited with code {code}; its log says: {_tail_log(data_dir)}"
+                    f"valkey-server exited with code {code}; its log says: "
+                    f"{_tail_log(data_dir, log_from)}"
                 )
             finally:
                 with anyio.CancelScope(shield=True):

@@ -129,8 +129,24 @@ async def test_binary_that_exits_is_a_clear_error(
     fake.chmod(0o755)
     monkeypatch.setattr(embedded, "valkey_binary", lambda: fake)
     config = EmbeddedConfig(data_dir=tmp_path / "data", persistent=False, ready_timeout=5)
-    with anyio.fail_after(10), pytest.raises(EmbeddedServerError, match="did not start"):
+    with anyio.fail_after(10), pytest.raises(EmbeddedServerError, match="did not start") as info:
         await run_embedded_server(config)
+    # what the server printed before any log file was open is quoted
+    assert "fake server refuses to start" in str(info.value)
+
+
+async def test_a_bad_config_file_is_quoted_not_an_earlier_runs_log(tmp_path: Path) -> None:
+    """Found by review: valkey prints a config error on stderr (sent to /dev/null) before
+    its log file is open, and the error quoted the log of the previous, healthy run."""
+    config = EmbeddedConfig(data_dir=tmp_path, persistent=False, ready_timeout=5)
+    async with open_embedded_server(config):
+        pass  # a healthy run leaves its shutdown lines in valkey.log
+    (tmp_path / "valkey.conf").write_text("maxmemory banana\n")
+    with anyio.fail_after(15), pytest.raises(EmbeddedServerError, match="did not start") as info:
+        await run_embedded_server(config)
+    message = str(info.value)
+    assert "maxmemory banana" in message or "FATAL CONFIG" in message, message
+    assert "bye" not in message.lower() and "shutdown" not in message.lower(), message
 
 
 async def test_port_conflict_is_a_clear_error(tmp_path: Path, valkey_server: ValkeyProcess) -> None:
@@ -206,7 +222,7 @@ async def test_probe_tells_loading_from_ready(tmp_path: Path) -> None:
     lock = embedded._open_lock(tmp_path)
     port = embedded.free_port()
     cmd = embedded._command(embedded.valkey_binary(), EmbeddedConfig(), port, tmp_path)
-    process = embedded._spawn(cmd, lock.fileno())
+    process = embedded._spawn(cmd, lock.fileno(), tmp_path / embedded.START_OUTPUT)
     try:
         with anyio.fail_after(20):
             while not (probe := await embedded._probe(port, process.pid)).loading:
