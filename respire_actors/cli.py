@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import unquote, urlsplit
 
 import anyio
 import anyio.abc
@@ -199,7 +200,7 @@ async def serve(
                 url_holder["url"] = url
                 task_status.started()
             else:
-                log.info("the embedded server is back at %s", url)
+                log.info("the embedded server is back at %s", _without_password(url))
 
         while True:
             died = await _embedded_until_stop_or_death(server_config, ready)
@@ -209,8 +210,12 @@ async def serve(
             deaths[:] = [t for t in deaths if now - t < IN_PLACE_PERIOD] + [now]
             if len(deaths) > IN_PLACE_RESTARTS:
                 raise died
-            port = int(url_holder["url"].rsplit(":", 1)[1])
-            server_config = dataclasses.replace(embedded_config, port=port)
+            first = urlsplit(url_holder["url"])
+            port = int(first.port or 0)
+            # the same port and password: the app's connection reconnects with what it holds
+            server_config = dataclasses.replace(
+                embedded_config, port=port, password=unquote(first.password or "") or None
+            )
             log.warning("the embedded server died (%s); starting it again on port %d", died, port)
 
     async def host(*, task_status: anyio.abc.TaskStatus[None]) -> None:
@@ -521,6 +526,16 @@ class _HardStop:
         logging.shutdown()
         sys.stderr.flush()
         os._exit(EXIT_FAILURE)
+
+
+def _without_password(url: str) -> str:
+    """``url`` with its password masked, for logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return parts._replace(netloc=netloc).geturl()
 
 
 async def _serve_with_signals(config: ServeConfig, phase: dict[str, bool]) -> int:

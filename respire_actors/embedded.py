@@ -30,6 +30,7 @@ import fcntl
 import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -38,6 +39,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
+from urllib.parse import quote
 
 import anyio
 import anyio.abc
@@ -100,6 +102,9 @@ class EmbeddedConfig:
     to valkey-server as is (for example ``("--cluster-enabled", "yes")``). ``ready_timeout``
     bounds the wait for the server to answer; while the server reports loading progress the
     bound restarts, so only a server that makes no progress for that long fails to start.
+    ``password`` is the one clients must give (``AUTH``): None (the default) generates a new
+    one per start; the URL the server reports carries it. A restart in place passes the
+    password of the server it replaces, so connected clients reconnect with what they hold.
     """
 
     data_dir: Path | None = None
@@ -108,6 +113,7 @@ class EmbeddedConfig:
     ready_timeout: float = 10.0
     shutdown_timeout: float = 10.0
     extra_args: tuple[str, ...] = field(default=())
+    password: str | None = field(default=None, repr=False)
 
     def resolved_dir(self) -> Path:
         if self.data_dir is not None:
@@ -123,28 +129,44 @@ class ServerRecord:
     owner_pid: int
     server_pid: int
     port: int
+    password: str = ""  # generated per start: the server refuses clients without it
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}"
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}"
 
 
 def read_record(data_dir: Path) -> ServerRecord | None:
     """The record of the last server started in ``data_dir`` (None if absent or unreadable)."""
     try:
         raw = json.loads((data_dir / RECORD_FILE).read_text())
-        return ServerRecord(int(raw["owner_pid"]), int(raw["server_pid"]), int(raw["port"]))
+        return ServerRecord(
+            int(raw["owner_pid"]),
+            int(raw["server_pid"]),
+            int(raw["port"]),
+            str(raw.get("password", "")),
+        )
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
 def _write_record(data_dir: Path, record: ServerRecord) -> None:
+    """Write the record readable by its owner only: it holds the server's password."""
     tmp = data_dir / (RECORD_FILE + ".tmp")
-    tmp.write_text(
-        json.dumps(
-            {"owner_pid": record.owner_pid, "server_pid": record.server_pid, "port": record.port}
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(
+            {
+                "owner_pid": record.owner_pid,
+                "server_pid": record.server_pid,
+                "port": record.port,
+                "password": record.password,
+            },
+            f,
         )
-    )
     tmp.replace(data_dir / RECORD_FILE)
 
 
@@ -163,10 +185,22 @@ def _pid_alive(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
-def _command(binary: Path, config: EmbeddedConfig, port: int, data_dir: Path) -> list[str]:
-    cmd = [str(binary)]
+def _stdin_config(data_dir: Path, password: str) -> bytes:
+    """The configuration the server reads from its stdin (``-``): the data directory's
+    ``valkey.conf`` when there is one, and the password. Never on the command line, where
+    every local user could read it (``ps``)."""
+    lines = []
     if (data_dir / CONFIG_FILE).is_file():
-        cmd.append(str(data_dir / CONFIG_FILE))
+        path = str(data_dir / CONFIG_FILE).replace("\\", "\\\\").replace('"', '\\"')
+        lines.append(f'include "{path}"')
+    if password:
+        lines.append(f"requirepass {password}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _command(binary: Path, config: EmbeddedConfig, port: int, data_dir: Path) -> list[str]:
+    # "-": the rest of the configuration (valkey.conf, the password) comes on stdin
+    cmd = [str(binary), "-"]
     cmd += [
         "--port", str(port),
         "--bind", "127.0.0.1",
@@ -190,9 +224,12 @@ START_OUTPUT = "valkey-start.out"
 prints before its log file is open (a ``FATAL CONFIG FILE ERROR``, say) lands there."""
 
 
-def _spawn(cmd: list[str], lock_fd: int, output: Path) -> subprocess.Popen[bytes]:
+def _spawn(
+    cmd: list[str], lock_fd: int, output: Path, stdin_config: bytes = b"\n"
+) -> subprocess.Popen[bytes]:
     """Start valkey-server holding the data-directory lock (``lock_fd`` is inherited), its
-    stdout and stderr going to ``output`` (truncated).
+    stdout and stderr going to ``output`` (truncated), ``stdin_config`` written to its stdin
+    (read because ``cmd`` names ``-`` as its configuration file).
 
     Forks in the calling thread (the event loop's) rather than in a worker thread, because
     the Linux death signal fires when the forking *thread* ends.
@@ -203,14 +240,19 @@ def _spawn(cmd: list[str], lock_fd: int, output: Path) -> subprocess.Popen[bytes
             str(int(signal.SIGTERM)), str(os.getpid()), *cmd,
         ]  # fmt: skip
     with open(output, "wb") as out:
-        return subprocess.Popen(
+        process = subprocess.Popen(
             cmd,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a terminal's SIGINT/SIGHUP goes to serve, not the server
             pass_fds=(lock_fd,),
         )
+    assert process.stdin is not None
+    with contextlib.suppress(BrokenPipeError):  # a server that exited at once: reported later
+        process.stdin.write(stdin_config)
+    process.stdin.close()
+    return process
 
 
 # ------------------------------------------------------------------------------------------
@@ -219,7 +261,8 @@ def _spawn(cmd: list[str], lock_fd: int, output: Path) -> subprocess.Popen[bytes
 
 def _open_lock(data_dir: Path) -> IO[str]:
     try:
-        data_dir.mkdir(parents=True, exist_ok=True)
+        # a directory created here is its owner's alone: it holds the data and the password
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         return open(data_dir / LOCK_FILE, "a+")
     except OSError as exc:
         raise EmbeddedServerError(
@@ -253,14 +296,18 @@ def _looks_like_our_server(record: ServerRecord, data_dir: Path) -> bool:
         cmdline = (proc / "cmdline").read_bytes()
         cwd = os.readlink(proc / "cwd")
     except OSError:
-        return _answers_as_sync(record.port, record.server_pid)
+        return _answers_as_sync(record.port, record.server_pid, record.password)
     return b"valkey-server" in cmdline and Path(cwd) == data_dir
 
 
-def _answers_as_sync(port: int, pid: int) -> bool:
+def _answers_as_sync(port: int, pid: int, password: str = "") -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-            sock.sendall(b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")
+            auth = b""
+            if password:
+                secret = password.encode()
+                auth = b"*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n" % (len(secret), secret)
+            sock.sendall(auth + b"*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n")
             data = b""
             while f"process_id:{pid}\r\n".encode() not in data and len(data) < 65536:
                 chunk = sock.recv(65536)
@@ -359,8 +406,9 @@ def _fields(text: bytes) -> dict[str, str]:
     return out
 
 
-async def _probe(port: int, pid: int) -> _Probe:
-    """Ask the server on ``port`` who it is, whether it is loading, and for a PING.
+async def _probe(port: int, pid: int, password: str = "") -> _Probe:
+    """Ask the server on ``port`` who it is, whether it is loading, and for a PING (after
+    ``AUTH password`` when given; a server that refuses it is not ours).
 
     ``INFO`` is answered while the data set loads; ``PING`` is refused with ``LOADING`` until
     it is loaded. The process id tells our server from another one squatting on the port.
@@ -369,13 +417,17 @@ async def _probe(port: int, pid: int) -> _Probe:
         with anyio.fail_after(1):
             stream = await anyio.connect_tcp("127.0.0.1", port)
             async with stream:
+                auth = b""
+                if password:
+                    secret = password.encode()
+                    auth = b"*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n" % (len(secret), secret)
                 await stream.send(
-                    b"*3\r\n$4\r\nINFO\r\n$6\r\nserver\r\n$11\r\npersistence\r\n"
+                    auth + b"*3\r\n$4\r\nINFO\r\n$6\r\nserver\r\n$11\r\npersistence\r\n"
                     b"*1\r\n$4\r\nPING\r\n"
                 )
                 buffer = b""
                 replies: list[tuple[bytes, bytes]] = []
-                while len(replies) < 2:
+                while len(replies) < (3 if auth else 2):
                     parsed = _reply(buffer)
                     if parsed is None:
                         buffer += await stream.receive()
@@ -384,6 +436,10 @@ async def _probe(port: int, pid: int) -> _Probe:
                     replies.append((kind, payload))
     except (OSError, TimeoutError, ValueError, anyio.EndOfStream, anyio.BrokenResourceError):
         return _Probe()
+    if auth:
+        if replies[0] != (b"+", b"OK"):
+            return _Probe()  # not our password: not our server
+        replies = replies[1:]
     (info_kind, info), (ping_kind, ping) = replies
     fields = _fields(info) if info_kind == b"$" else {}
     if fields.get("process_id") != str(pid):
@@ -398,7 +454,7 @@ async def _probe(port: int, pid: int) -> _Probe:
 
 
 async def _wait_ready(
-    process: subprocess.Popen[bytes], port: int, config: EmbeddedConfig
+    process: subprocess.Popen[bytes], port: int, config: EmbeddedConfig, password: str = ""
 ) -> _Probe:
     """Probe until the server is ready, exits, or makes no progress for ``ready_timeout``."""
     deadline = anyio.current_time() + config.ready_timeout
@@ -406,7 +462,7 @@ async def _wait_ready(
     next_report = 0.0
     probe = _Probe()
     while process.poll() is None:
-        probe = await _probe(port, process.pid)
+        probe = await _probe(port, process.pid, password)
         if probe.ready:
             break
         now = anyio.current_time()
@@ -494,17 +550,21 @@ async def run_embedded_server(
         for attempt in range(attempts):
             port = config.port or free_port()
             log_from = _log_size(data_dir)
+            # a fresh password per start: other local users cannot use the server
+            password = config.password or secrets.token_urlsafe(24)
             try:
                 process = _spawn(
                     _command(binary, config, port, data_dir),
                     lock.fileno(),
                     data_dir / START_OUTPUT,
+                    _stdin_config(data_dir, password),
                 )
             except OSError as exc:
                 raise EmbeddedServerError(f"cannot run valkey-server {binary}: {exc}") from exc
             try:
-                _write_record(data_dir, ServerRecord(os.getpid(), process.pid, port))
-                probe = await _wait_ready(process, port, config)
+                record = ServerRecord(os.getpid(), process.pid, port, password)
+                _write_record(data_dir, record)
+                probe = await _wait_ready(process, port, config, password)
                 if not probe.ready:
                     code = process.poll()
                     why = _tail_log(data_dir, log_from) or "nothing"
@@ -522,7 +582,7 @@ async def run_embedded_server(
                         f"valkey-server did not start on 127.0.0.1:{port} ({state}; data in "
                         f"{data_dir}); its log says: {why}"
                     )
-                task_status.started(f"redis://127.0.0.1:{port}")
+                task_status.started(record.url)
                 code = await _wait_exit(process)
                 raise EmbeddedServerError(
                     f"valkey-server exited with code {code}; its log says: "
@@ -543,7 +603,7 @@ async def running_server_url(data_dir: Path) -> str | None:
     record = read_record(data_dir)
     if record is None or not _pid_alive(record.server_pid):
         return None
-    probe = await _probe(record.port, record.server_pid)
+    probe = await _probe(record.port, record.server_pid, record.password)
     return record.url if probe.ours else None
 
 

@@ -12,9 +12,12 @@ from .resp import SyncRedis, info_fields
 from .servers import ValkeyProcess, start_valkey
 
 
-def fill(port: int, count: int) -> None:
-    """``count`` SETs in pipelined batches (each becomes one AOF command to replay)."""
+def fill(port: int, count: int, password: str = "") -> None:
+    """``count`` SETs in pipelined batches (each becomes one AOF command to replay); AUTH
+    ``password`` first when given (the embedded server requires one)."""
     with SyncRedis("127.0.0.1", port, timeout=30) as conn:
+        if password:
+            conn.execute("AUTH", password)
         for start in range(0, count, 1000):
             batch = range(start, min(count, start + 1000))
             for n in batch:

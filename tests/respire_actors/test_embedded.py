@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import anyio
 import anyio.abc
@@ -48,6 +49,10 @@ def config_value(reply: object) -> object:
     return reply[1]  # type: ignore[index]
 
 
+def _password(url: str) -> str:
+    return unquote(urlsplit(url).password or "")
+
+
 def accepts(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(1)
@@ -57,7 +62,7 @@ def accepts(port: int) -> bool:
 async def test_start_and_stop(tmp_path: Path) -> None:
     config = EmbeddedConfig(data_dir=tmp_path, persistent=False)
     async with open_embedded_server(config) as url:
-        assert url.startswith("redis://127.0.0.1:")
+        assert url.startswith("redis://:") and "@127.0.0.1:" in url
         async with connect(url) as client:
             assert await client.execute("PING") == b"PONG"
             info = info_fields(await client.execute("INFO", "server"))
@@ -192,7 +197,7 @@ async def test_ready_means_loaded_even_when_loading_outlasts_ready_timeout(
     # with LOADING. key-load-delay (a test-only setting, read from valkey.conf in the data
     # directory) slows the replay so that it takes several times ready_timeout.
     async with open_embedded_server(EmbeddedConfig(data_dir=tmp_path)) as url:
-        await anyio.to_thread.run_sync(fill, int(url.rsplit(":", 1)[1]), 20_000)
+        await anyio.to_thread.run_sync(fill, int(url.rsplit(":", 1)[1]), 20_000, _password(url))
     (tmp_path / "valkey.conf").write_text(
         "key-load-delay 50\nloading-process-events-interval-bytes 1024\n"
     )
@@ -208,13 +213,14 @@ async def test_ready_means_loaded_even_when_loading_outlasts_ready_timeout(
 
 async def test_probe_tells_loading_from_ready(tmp_path: Path) -> None:
     async with open_embedded_server(EmbeddedConfig(data_dir=tmp_path)) as url:
-        port = int(url.rsplit(":", 1)[1])
-        await anyio.to_thread.run_sync(fill, port, 5_000)
+        port, password = int(url.rsplit(":", 1)[1]), _password(url)
+        await anyio.to_thread.run_sync(fill, port, 5_000, password)
         async with connect(url) as client:
             pid = int(info_fields(await client.execute("INFO", "server"))["process_id"])
-        ready = await embedded._probe(port, pid)
+        ready = await embedded._probe(port, pid, password)
         assert ready.ours and ready.ready and not ready.loading
-        assert not (await embedded._probe(port, pid + 1)).ours  # another process's answer
+        assert not (await embedded._probe(port, pid + 1, password)).ours  # another's answer
+        assert not (await embedded._probe(port, pid, "wrong")).ours  # not our password
     (tmp_path / "valkey.conf").write_text(
         "key-load-delay 1000\nloading-process-events-interval-bytes 1024\n"
     )
@@ -222,10 +228,11 @@ async def test_probe_tells_loading_from_ready(tmp_path: Path) -> None:
     lock = embedded._open_lock(tmp_path)
     port = embedded.free_port()
     cmd = embedded._command(embedded.valkey_binary(), EmbeddedConfig(), port, tmp_path)
-    process = embedded._spawn(cmd, lock.fileno(), tmp_path / embedded.START_OUTPUT)
+    config = embedded._stdin_config(tmp_path, "pw")
+    process = embedded._spawn(cmd, lock.fileno(), tmp_path / embedded.START_OUTPUT, config)
     try:
         with anyio.fail_after(20):
-            while not (probe := await embedded._probe(port, process.pid)).loading:
+            while not (probe := await embedded._probe(port, process.pid, "pw")).loading:
                 assert not probe.ready, "the server finished loading before we looked"
                 await anyio.sleep(0.02)
         assert probe.ours and not probe.ready
@@ -318,6 +325,7 @@ async def test_an_orphaned_server_is_stopped_by_the_next_start(tmp_path: Path) -
     with owner_process(tmp_path, death_signal=False) as (owner, url):
         port = int(url.rsplit(":", 1)[1])
         with SyncRedis("127.0.0.1", port) as conn:
+            conn.execute("AUTH", _password(url))
             conn.execute("SET", "survivor", "from the first server")
         record = embedded.read_record(tmp_path)
         assert record is not None
@@ -349,3 +357,24 @@ async def test_unusable_data_dir_is_a_clear_error(tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(EmbeddedServerError, match=r"cannot use the data directory .*--data-dir"):
         await run_embedded_server(EmbeddedConfig(data_dir=blocker / "data"))
+
+
+async def test_other_local_users_cannot_use_the_server_or_read_its_data(tmp_path: Path) -> None:
+    """Found by review: any local user could connect without a password (and FLUSHALL, or
+    read every job) and read the AOF. Each start now has its own password, kept only in the
+    owner-only record (never on the command line), and a data directory created here is
+    owner-only."""
+    data = tmp_path / "data"
+    async with open_embedded_server(EmbeddedConfig(data_dir=data)) as url:
+        port, password = int(url.rsplit(":", 1)[1]), _password(url)
+        assert len(password) >= 24
+        with SyncRedis("127.0.0.1", port) as conn, pytest.raises(Exception, match="NOAUTH"):
+            conn.execute("PING")
+        record = embedded.read_record(data)
+        assert record is not None and record.url == url
+        assert (data / embedded.RECORD_FILE).stat().st_mode & 0o777 == 0o600
+        assert data.stat().st_mode & 0o777 == 0o700
+        cmdline = Path(f"/proc/{record.server_pid}/cmdline")
+        if cmdline.exists():  # noqa: ASYNC240 - Linux only, a tiny file
+            assert password.encode() not in cmdline.read_bytes()  # noqa: ASYNC240
+        assert await embedded.running_server_url(data) == url

@@ -205,17 +205,23 @@ def wait_for_new_server(data: Path, old: list[int], timeout: float = 30) -> embe
     while True:
         record = embedded.read_record(data)
         fresh = record is not None and record.server_pid not in old
-        if fresh and record is not None and answers_ping(record.port):
+        if fresh and record is not None and answers_ping(record.port, record.password):
             return record
         assert time.monotonic() < deadline, "no new embedded server"
         time.sleep(0.05)
 
 
-def answers_ping(port: int) -> bool:
+def answers_ping(port: int, password: str) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(16).startswith(b"+PONG")
+            sock.sendall(f"AUTH {password}\r\nPING\r\n".encode())
+            reply = b""
+            while reply.count(b"\r\n") < 2:
+                chunk = sock.recv(64)
+                if not chunk:
+                    return False
+                reply += chunk
+            return reply == b"+OK\r\n+PONG\r\n"
     except OSError:
         return False
 
