@@ -147,7 +147,8 @@ async def login(request: Request) -> Response:
     log.info("dashboard: login from %s", host)
     response = redirect(request, "/")
     response.headers["location"] = target
-    set_private_cookie(request, response, security.SESSION_COOKIE, expected)
+    session = security.new_session(dashboard.config.secret, auth.token)
+    set_private_cookie(request, response, security.SESSION_COOKIE, session)
     return response
 
 
@@ -174,6 +175,8 @@ async def logout(request: Request) -> Response:
             "page and try again",
         )  # fmt: skip
     who = identify(request)
+    # the session ends on the server too: its cookie, replayed, no longer logs anyone in
+    dashboard_of(request).revoked_sessions.revoke(request.cookies.get(security.SESSION_COOKIE))
     response = redirect(request, "/login")
     response.delete_cookie(security.SESSION_COOKIE, path=cookie_path(request))
     if isinstance(who, security.Identity):

@@ -20,6 +20,7 @@ from ..errors import ValidationError
 from ..redis.client import RedisClient, connect
 from . import actions, live, pages
 from .config import DashboardConfig
+from .security import RevokedSessions
 from .web import error_page
 
 
@@ -52,6 +53,8 @@ class Dashboard:
         if not isinstance(config, DashboardConfig):
             raise ValidationError("config must be a DashboardConfig")
         self.config = config
+        # sessions ended by a logout (see dashboard/security.py)
+        self.revoked_sessions = RevokedSessions()
         self.redis_url = redis_url
         self._client = client
         self._closing: anyio.Event | None = None

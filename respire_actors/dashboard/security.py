@@ -18,6 +18,7 @@ import hashlib
 import hmac
 import ipaddress
 import secrets
+import time
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import urlsplit
@@ -80,10 +81,76 @@ def is_loopback_name(host_header: str | None) -> bool:
     return is_loopback(name)
 
 
+SESSION_MAX_AGE = 12 * 3600
+"""Seconds a login session lasts; then the user logs in again."""
+
+
 def session_value(secret: bytes, token: str) -> str:
-    """The session cookie for ``token``: an HMAC of it, so the cookie never holds the token and
-    changing the token ends every session."""
+    """An HMAC of ``token`` (a login compares the token given with the configured one through
+    it, in constant time, whatever their lengths)."""
     return hmac.new(secret, b"session\0" + token.encode(), hashlib.sha256).hexdigest()
+
+
+def _session_mac(secret: bytes, token: str, issued: str, sid: str) -> str:
+    message = b"\0".join((b"session", token.encode(), issued.encode(), sid.encode()))
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
+
+
+def new_session(secret: bytes, token: str, now: float | None = None) -> str:
+    """A session cookie for one login: ``<issued unix s>.<random id>.<HMAC>``. The HMAC covers
+    the token, so changing the token ends every session; each login gets its own id, so a
+    logout can end one session; the issue time bounds its life (:data:`SESSION_MAX_AGE`)."""
+    issued = str(int(time.time() if now is None else now))
+    sid = secrets.token_hex(16)
+    return f"{issued}.{sid}.{_session_mac(secret, token, issued, sid)}"
+
+
+class RevokedSessions:
+    """The ids of sessions ended by a logout, each kept until it would have expired anyway
+    (in memory: a restart forgets them; with a fixed ``secret`` a logged-out cookie then works
+    again until it expires, so rotate the token to end every session)."""
+
+    def __init__(self) -> None:
+        self._until: dict[str, float] = {}
+
+    def revoke(self, cookie: str | None) -> None:
+        parsed = _parse_session(cookie)
+        if parsed is not None:
+            issued, sid, _ = parsed
+            now = time.time()
+            self._until = {k: t for k, t in self._until.items() if t > now}
+            self._until[sid] = int(issued) + SESSION_MAX_AGE
+
+    def __contains__(self, sid: object) -> bool:
+        return isinstance(sid, str) and self._until.get(sid, 0) > time.time()
+
+
+def _parse_session(cookie: str | None) -> tuple[str, str, str] | None:
+    parts = (cookie or "").split(".")
+    if len(parts) != 3 or not parts[0].isdigit():
+        return None
+    return parts[0], parts[1], parts[2]
+
+
+def session_valid(
+    secret: bytes,
+    token: str,
+    cookie: str | None,
+    revoked: RevokedSessions | None = None,
+    now: float | None = None,
+) -> bool:
+    """Whether ``cookie`` is a session this dashboard issued for ``token``, not expired and
+    not ended by a logout."""
+    parsed = _parse_session(cookie)
+    if parsed is None:
+        return False
+    issued, sid, mac = parsed
+    if not _equal(mac, _session_mac(secret, token, issued, sid)):
+        return False
+    age = (time.time() if now is None else now) - int(issued)
+    if not -60 <= age <= SESSION_MAX_AGE:
+        return False
+    return revoked is None or sid not in revoked
 
 
 def authenticate(
@@ -93,6 +160,7 @@ def authenticate(
     authorization: str | None,
     session_cookie: str | None,
     host_header: str | None = None,
+    revoked: RevokedSessions | None = None,
 ) -> Identity | Refusal:
     auth = config.auth
     if auth is None:
@@ -103,7 +171,7 @@ def authenticate(
         scheme, _, value = (authorization or "").partition(" ")
         if scheme.lower() == "bearer" and _equal(value.strip(), auth.token):
             return Identity("token")
-        if session_cookie and _equal(session_cookie, session_value(config.secret, auth.token)):
+        if session_valid(config.secret, auth.token, session_cookie, revoked):
             return Identity("token")
         return Refusal("login")
     return _basic(auth, authorization)

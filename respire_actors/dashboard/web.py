@@ -49,6 +49,7 @@ class Hosting(Protocol):
     """What a request sees of the :class:`~.app.Dashboard` serving it."""
 
     config: DashboardConfig
+    revoked_sessions: security.RevokedSessions
 
     @property
     def client(self) -> RedisClient: ...
@@ -170,6 +171,7 @@ def identify(request: Request) -> security.Identity | security.Refusal:
         authorization=request.headers.get("authorization"),
         session_cookie=request.cookies.get(security.SESSION_COOKIE),
         host_header=request.headers.get("host"),
+        revoked=dashboard.revoked_sessions,
     )
 
 

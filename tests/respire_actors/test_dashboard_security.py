@@ -15,7 +15,9 @@ from respire_actors.dashboard.security import (
     authenticate,
     csrf_token,
     csrf_valid,
+    RevokedSessions,
     is_loopback,
+    new_session,
     session_value,
 )
 from respire_actors.dashboard.server import config_from_environment, is_loopback_host
@@ -99,18 +101,48 @@ def test_token_auth_by_header_or_session_cookie() -> None:
     config = DashboardConfig(auth=TokenAuth(TOKEN), secret=SECRET)
     assert auth(config, authorization=f"Bearer {TOKEN}") == Identity("token")
     assert auth(config, authorization=f"bearer {TOKEN}") == Identity("token")
-    assert auth(config, session=session_value(SECRET, TOKEN)) == Identity("token")
+    assert auth(config, session=new_session(SECRET, TOKEN)) == Identity("token")
     for refused in (
         {},
         {"authorization": "Bearer wrong-token-of-length"},
         {"authorization": f"Basic {TOKEN}"},
         {"authorization": f"Bearer {TOKEN}x"},
         {"session": TOKEN},  # the cookie holds an HMAC, never the token itself
-        {"session": session_value(b"another secret!!", TOKEN)},
+        {"session": session_value(SECRET, TOKEN)},  # the old unexpiring cookie
+        {"session": new_session(b"another secret!!", TOKEN)},
+        {"session": new_session(SECRET, "another-token-of-length")},  # the token was rotated
     ):
         assert auth(config, **refused) == Refusal("login"), refused
     # loopback is no exception once auth is configured
     assert auth(config, "127.0.0.1") == Refusal("login")
+
+
+def test_sessions_expire_differ_per_login_and_end_at_logout() -> None:
+    """Found by review: the session cookie was HMAC(secret, token): the same for every login,
+    never expiring, and still valid after a logout (which only deleted it in the browser)."""
+    config = DashboardConfig(auth=TokenAuth(TOKEN), secret=SECRET)
+    first, second = new_session(SECRET, TOKEN), new_session(SECRET, TOKEN)
+    assert first != second
+    old = new_session(SECRET, TOKEN, now=1_000_000)  # issued long ago: expired
+    assert auth(config, session=old) == Refusal("login")
+    issued, sid, mac = first.split(".")
+    forged = f"{int(issued) + 3600}.{sid}.{mac}"  # a later issue time breaks the HMAC
+    assert auth(config, session=forged) == Refusal("login")
+    revoked = RevokedSessions()
+    revoked.revoke(first)
+
+    def with_revoked(cookie: str) -> object:
+        return authenticate(
+            config,
+            client_host="10.0.0.5",
+            authorization=None,
+            session_cookie=cookie,
+            host_header="127.0.0.1:8080",
+            revoked=revoked,
+        )
+
+    assert with_revoked(first) == Refusal("login")  # logged out: replaying it fails
+    assert with_revoked(second) == Identity("token")  # another login's session lives on
 
 
 def test_basic_auth() -> None:

@@ -173,11 +173,17 @@ async def test_token_auth(client: RedisClient, unique_name: str) -> None:
             assert again.status_code == 303 and again.headers["location"] == "/", target
         page = await h.get("/")
         assert page.status_code == 200
+        session = h.cookies.get("respire_dashboard_session")
+        assert session
         # logging out needs the page's CSRF token: another site cannot log a user out
         assert (await h.post("/logout")).status_code == 403
         assert (await h.get("/")).status_code == 200
         assert (await h.post("/logout", data={"csrf": csrf_of(page.text)})).status_code == 303
         assert (await h.get("/")).status_code == 401
+        # the logged-out session cookie, replayed, logs nobody in (found by review: logout
+        # only deleted it in the browser)
+        replayed = await h.get("/", headers={"cookie": f"respire_dashboard_session={session}"})
+        assert replayed.status_code == 401
 
 
 async def test_basic_auth(client: RedisClient, unique_name: str) -> None:
