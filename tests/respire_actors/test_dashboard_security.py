@@ -12,10 +12,10 @@ from respire_actors.dashboard.charts import minute_chart
 from respire_actors.dashboard.security import (
     Identity,
     Refusal,
+    RevokedSessions,
     authenticate,
     csrf_token,
     csrf_valid,
-    RevokedSessions,
     is_loopback,
     new_session,
     session_value,
