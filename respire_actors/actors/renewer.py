@@ -228,7 +228,42 @@ def _expire(rt: QueueRuntime, now: float, visibility: float) -> None:
         lose_lease(rt, lease)
 
 
+LEASE_MARK_INTERVAL = 1.0
+"""Seconds between the marks of this worker's visibility timeout while it holds running
+deliveries (a mark lasts 3 s on the server: lib/fence.lua). Workers with a shorter timeout
+wait for a marked longer one before recovering anything, so they never take the running jobs
+of a worker configured with a longer timeout; once this worker dies its mark lapses."""
+
+
+async def mark_leases_while_running(rt: QueueRuntime) -> None:
+    """Every :data:`LEASE_MARK_INTERVAL`, while the registration holds running deliveries,
+    mark its visibility timeout (job queues only; a failed mark is retried next time)."""
+    mark = getattr(rt.source, "mark_leases", None)
+    if mark is None:
+        return
+    while True:
+        await anyio.sleep(LEASE_MARK_INTERVAL)
+        origins = sorted({lease.delivery.origin for lease in rt.leases if not lease.lost})
+        if not origins:
+            continue
+        try:
+            with anyio.fail_after(LEASE_MARK_INTERVAL * 2):
+                await mark(rt.consumer, origins)
+        except (RespireError, TimeoutError) as exc:
+            log.debug("%s: marking the visibility timeout in use failed: %s", rt.name, exc)
+
+
 async def run_renewer(
+    rt: QueueRuntime, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+) -> None:
+    """The lease renewer, with :func:`mark_leases_while_running` beside it."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(mark_leases_while_running, rt)
+        await _renew_until_stopped(rt, task_status=task_status)
+        tg.cancel_scope.cancel()
+
+
+async def _renew_until_stopped(
     rt: QueueRuntime, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
 ) -> None:
     """The lease renewer of one registration: a pass every third of the visibility timeout, or

@@ -593,6 +593,13 @@ class PartitionedSource:
                     statuses[j] = status
         return statuses
 
+    async def mark_leases(self, consumer: str, origins: Sequence[int] = ()) -> None:
+        """:meth:`JobSource.mark_leases` on the partitions of ``origins`` (those whose
+        deliveries run here), concurrently; a partition that cannot be reached is skipped
+        (its node is down: nobody recovers from it meanwhile)."""
+        parts = [self.parts[i] for i in sorted(set(origins)) if 0 <= i < len(self.parts)]
+        await gather_reachable([partial(p.mark_leases, consumer) for p in parts])
+
     async def promote(self, batch_size: int) -> PromotionResult:
         """Every partition's promotion pass, concurrently; counts summed, the earliest next
         due time kept."""

@@ -385,6 +385,20 @@ class JobSource:
         )
         return [int(x) for x in reply]
 
+    async def mark_leases(self, consumer: str, origins: Sequence[int] = ()) -> None:
+        """Mark this worker's visibility timeout as in use (``job_lease_renew`` with no
+        deliveries): while it holds running deliveries, workers with a shorter timeout wait
+        for this one before recovering anything (lib/fence.lua). ``origins`` is for a
+        partitioned source; one queue has one."""
+        if not self.visibility_ms:
+            return
+        k = self.keys
+        await _LEASE_RENEW(
+            self.client,
+            (k.ready, k.group_leases, k.group_owners, k.group_policy, k.control),
+            (self.group, consumer, 0, self.visibility_ms),
+        )
+
     async def promote(self, batch_size: int) -> PromotionResult:
         """One promotion pass (``job_promote``): at most ``batch_size`` due jobs become ready.
         Atomic: if cancelled or the reply is lost, each job is either still staged or ready."""

@@ -571,8 +571,8 @@ async def test_recovery_waits_for_the_longest_visibility_timeout_a_worker_record
 ) -> None:
     """Found by review: a worker configured with a 2 s visibility timeout claimed the running,
     renewed jobs of one configured with 30 s (it renews every 10 s), so every job ran twice.
-    Each recovery call records its caller's timeout; a shorter caller waits for the longer one
-    while it is recorded (three of its lengths after its last recovery call)."""
+    Each recovery call marks its caller's timeout for 3 s (a live worker marks it again every
+    second while it runs jobs); a shorter caller waits for the longer one while it is marked."""
     (a,) = await delivered(client, keys, "a")
     await anyio.sleep(0.3)
     # the long-timeout worker's recovery pass: nothing idle for 30 s, its lease recorded
@@ -580,12 +580,12 @@ async def test_recovery_waits_for_the_longest_visibility_timeout_a_worker_record
     ms, until = await client.execute("HMGET", keys.control, "lease.ms", "lease.until")
     (now_s, now_us) = await client.execute("TIME")
     now = int(now_s) * 1000 + int(now_us) // 1000
-    assert int(ms) == 30_000 and abs(int(until) - now - 90_000) < 1000
+    assert int(ms) == 30_000 and abs(int(until) - now - 3_000) < 1000  # a 3 s mark
     # the short-timeout worker: the entry is idle past its 200 ms, but not past 30 s
     assert (await claim(client, keys, "c2", "recover", min_idle=200))[2] == []
     assert int(await client.execute("HGET", keys.control, "lease.ms")) == 30_000  # kept
     assert await pending(client, keys) == [(a, "c1", 1)]
-    # the long one lapsed (its worker stopped recovering): the short one applies and is recorded
+    # the long one lapsed (its worker died: no more marks): the short one applies, is recorded
     await client.execute("HSET", keys.control, "lease.until", now - 1)
     reply = await claim(client, keys, "c2", "recover", min_idle=200)
     assert [s(e[0]) for e in reply[2]] == [a]
@@ -599,7 +599,8 @@ async def test_reads_and_renewals_record_the_workers_visibility_timeout(
     client: RedisClient, keys: JobQueueKeys
 ) -> None:
     """A worker busy with long jobs runs no recovery pass (no free capacity): its reads and
-    lease renewals record its timeout, refreshing it once a third of its validity passed."""
+    lease renewals (and a renewal call with no deliveries, its mark every second while it runs
+    jobs) record its timeout, refreshing the 3 s mark once a third of it has passed."""
     await create_group(client, keys)
     a = await enqueue(client, keys, "a")
     reply = await READ(client, (keys.ready, keys.control), (GROUP, "c1", 1, "ack", 30_000))

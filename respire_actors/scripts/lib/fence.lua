@@ -146,11 +146,13 @@ end
 -- Workers of one queue may be configured with different visibility timeouts (a rolling deploy
 -- that changes it): an entry's lease is its idle time, so a worker with a shorter timeout would
 -- claim the running, renewed jobs of one with a longer timeout (it renews only every third of
--- its own). Each recovery pass therefore records its worker's timeout in the control hash
--- (lease.ms, valid until lease.until on the server clock: three of those timeouts, refreshed by
--- every pass of that worker), and while a longer timeout than a caller's is recorded, recovery
--- and the rate policy's recover redirect wait for that one instead. A longer recorded timeout
--- lapses three of its own lengths after its last worker stopped recovering.
+-- its own). So a worker that runs jobs records its timeout in the control hash as a heartbeat
+-- (lease.ms, valid until lease.until on the server clock, 3 s from the last
+-- mark: its reads, lease renewals, recovery passes, and a mark every second while it holds
+-- running deliveries), and while a longer timeout than a caller's is recorded, recovery and
+-- the rate policy's recover redirect wait for that one instead. A worker that died stops
+-- marking: its timeout lapses within 3 s and the others recover its jobs by
+-- their own timeout, as before.
 -- Returns the minimum idle time to use (ms).
 local function respire_lease_floor(control, min_idle)
   local r = redis.call('HMGET', control, 'lease.ms', 'lease.until')
@@ -159,10 +161,9 @@ local function respire_lease_floor(control, min_idle)
   return min_idle
 end
 
--- Records a worker's own visibility timeout `own` (see respire_lease_floor) unless a longer one
+-- Marks a worker's own visibility timeout `own` (see respire_lease_floor) unless a longer one
 -- is recorded and still valid; the same one is refreshed once a third of its validity has
--- passed (so most calls only read). Called by recovery, by every read that passes its timeout
--- and by lease renewal. The caller preflights HSET on `control`.
+-- passed (so most calls only read). The caller preflights HSET on `control`.
 local function respire_lease_record(control, own)
   if own <= 0 then return end
   local r = redis.call('HMGET', control, 'lease.ms', 'lease.until')
@@ -170,10 +171,10 @@ local function respire_lease_record(control, own)
   local now = respire_now_ms()
   if ms and valid_until and valid_until > now then
     if ms > own then return end
-    if ms == own and valid_until - now > 2 * own then return end
+    if ms == own and valid_until - now > 2000 then return end  -- marks last 3000 ms
   end
   redis.call('HSET', control, 'lease.ms', string.format('%d', own),
-             'lease.until', string.format('%d', now + 3 * own))
+             'lease.until', string.format('%d', now + 3000))
 end
 
 -- Admission of a read (job_read, job_select): the queue's pause and rate limit, the read's slice
