@@ -119,17 +119,8 @@ if err then return err end
 if redis.call('EXISTS', ready) == 0 then return {'ok', '0-0', {}, 0, 0, 0} end
 
 -- The candidates, read without claiming: admission of grouped entries precedes their claim.
-local rows
+local rows = respire_claim_candidates(ready, group, consumer, mode, min_idle, cursor, count)
 local next_cursor = '0-0'
-if mode == 'recover' then
-  local start = cursor
-  if start == '0-0' then start = '-' end
-  rows = redis.call('XPENDING', ready, group, 'IDLE', min_idle, start, '+', count)
-else
-  local start = '-'
-  if cursor ~= '0-0' then start = '(' .. cursor end
-  rows = redis.call('XPENDING', ready, group, start, '+', count, consumer)
-end
 if #rows == count then
   local last = rows[#rows][1]
   if mode == 'recover' then

@@ -45,16 +45,7 @@ if err then return err end
 -- delivery count before the claim, read without claiming): a dead-letter key in a bad state
 -- must not stop the recovery of every other entry.
 if limit > 0 then
-  local rows
-  if mode == 'recover' then
-    local start = cursor
-    if start == '0-0' then start = '-' end
-    rows = redis.call('XPENDING', stream, group, 'IDLE', min_idle, start, '+', count)
-  else
-    local start = '-'
-    if cursor ~= '0-0' then start = '(' .. cursor end
-    rows = redis.call('XPENDING', stream, group, start, '+', count, consumer)
-  end
+  local rows = respire_claim_candidates(stream, group, consumer, mode, min_idle, cursor, count)
   for _, row in ipairs(rows) do
     if tonumber(row[4]) >= limit then
       err = respire_preflight({{dead, 'stream'}}, {{'XADD', dead, '*', 'f', 'v'}})

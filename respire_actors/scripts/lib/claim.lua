@@ -25,17 +25,24 @@ local function respire_claim_page(stream, group, consumer, mode, min_idle, curso
   return entries, next_cursor, deleted
 end
 
+-- The pending entries a page from `cursor` would claim, read without claiming (XPENDING rows:
+-- id, consumer, idle ms, delivery count): recovery's entries idle at least min_idle from the
+-- cursor on, replay's entries of this consumer after the cursor; at most `count`.
+local function respire_claim_candidates(stream, group, consumer, mode, min_idle, cursor, count)
+  if mode == 'recover' then
+    local start = cursor
+    if start == '0-0' then start = '-' end
+    return redis.call('XPENDING', stream, group, 'IDLE', min_idle, start, '+', count)
+  end
+  local start = '-'
+  if cursor ~= '0-0' then start = '(' .. cursor end
+  return redis.call('XPENDING', stream, group, start, '+', count, consumer)
+end
+
 -- Whether a page from `cursor` would find anything to claim (no write): replay looks for this
 -- consumer's pending entries after the cursor, recovery for any entry idle at least min_idle
 -- from the cursor on. Lets a rate-limited page that would claim nothing end its pass instead
 -- of waiting for a permit it does not need.
 local function respire_claim_peek(stream, group, consumer, mode, min_idle, cursor)
-  if mode == 'recover' then
-    local start = cursor
-    if start == '0-0' then start = '-' end
-    return #redis.call('XPENDING', stream, group, 'IDLE', min_idle, start, '+', 1) > 0
-  end
-  local start = '-'
-  if cursor ~= '0-0' then start = '(' .. cursor end
-  return #redis.call('XPENDING', stream, group, start, '+', 1, consumer) > 0
+  return #respire_claim_candidates(stream, group, consumer, mode, min_idle, cursor, 1) > 0
 end
