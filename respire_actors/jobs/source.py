@@ -377,12 +377,7 @@ class JobSource:
             args += [entry_id, attempt, group]
         if self.visibility_ms:
             args.append(self.visibility_ms)  # recorded: see job_lease_renew's ARGV
-        k = self.keys
-        reply = await _LEASE_RENEW(
-            self.client,
-            (k.ready, k.group_leases, k.group_owners, k.group_policy, k.control),
-            args,
-        )
+        reply = await _LEASE_RENEW(self.client, self._renew_keys(), args)
         return [int(x) for x in reply]
 
     async def mark_leases(self, consumer: str, origins: Sequence[int] = ()) -> None:
@@ -392,12 +387,14 @@ class JobSource:
         partitioned source; one queue has one."""
         if not self.visibility_ms:
             return
-        k = self.keys
         await _LEASE_RENEW(
-            self.client,
-            (k.ready, k.group_leases, k.group_owners, k.group_policy, k.control),
-            (self.group, consumer, 0, self.visibility_ms),
+            self.client, self._renew_keys(), (self.group, consumer, 0, self.visibility_ms)
         )
+
+    def _renew_keys(self) -> tuple[str, ...]:
+        """``job_lease_renew``'s keys (renewals and marks alike)."""
+        k = self.keys
+        return (k.ready, k.group_leases, k.group_owners, k.group_policy, k.control)
 
     async def promote(self, batch_size: int) -> PromotionResult:
         """One promotion pass (``job_promote``): at most ``batch_size`` due jobs become ready.
