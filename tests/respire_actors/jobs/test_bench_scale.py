@@ -81,15 +81,17 @@ def test_the_scale_benchmark_throttles_every_server_to_the_same_rate() -> None:
     result = subprocess.run(
         [sys.executable, "benchmarks/bench_scale.py", "--jobs", str(JOBS), "--processes", "1",
          "--repeat", "1", "--chunk", "50", "--topology", "single,cluster", "--settle", "0.2",
-         "--shard-rate", "400", "--no-pin", "--json"],
+         "--shard-rate", "200", "--no-pin", "--json"],
         cwd=ROOT, env=cli_env(), capture_output=True, text=True, timeout=110, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     runs = {r["topology"]: r for r in json.loads(result.stdout.strip().splitlines()[-1])}
-    # 600 jobs at 400/s take at least 1.375 s (the first chunk goes at once): never faster
-    assert runs["single"]["enqueue_rate"] < 400 * 1.15
-    assert runs["cluster"]["enqueue_rate"] < 1200 * 1.15
-    # unthrottled, one producer enqueues thousands of jobs per second on either layout
+    # 600 jobs at 200/s take at least 2.75 s (the first chunk goes at once): never faster
+    assert runs["single"]["enqueue_rate"] < 200 * 1.15
+    assert runs["cluster"]["enqueue_rate"] < 600 * 1.15
+    # the cluster's three masters take three times the rate: unthrottled, one producer enqueues
+    # thousands of jobs per second, so even a loaded machine keeps up with 600/s (1,200/s did
+    # not always: 838 against 424 on one CI run)
     assert runs["cluster"]["enqueue_rate"] > 2 * runs["single"]["enqueue_rate"]
     for run in runs.values():
         assert len(run["shard_reads"]) == len(run["shard_us"])

@@ -424,7 +424,8 @@ async def test_a_deleted_group_neither_replays_acked_messages_nor_breaks_live_le
     ids = await queue.send_many(["acked", "leased", "waiting"])
     (acked,) = await queue.receive(LONG, max=1)
     assert await queue.ack(acked) is True
-    (leased,) = await queue.receive(MEDIUM, max=1)
+    # a lease long enough to outlast the next two receives on a loaded machine (0.6 s did not)
+    (leased,) = await queue.receive(2.0, max=1)
     await client.execute("XGROUP", "DESTROY", queue.stream_key, "respire")
 
     batch = await queue.receive(LONG, max=10)
