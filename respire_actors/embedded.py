@@ -249,9 +249,12 @@ def _spawn(
             pass_fds=(lock_fd,),
         )
     assert process.stdin is not None
-    with contextlib.suppress(BrokenPipeError):  # a server that exited at once: reported later
+    # A server that exited at once is reported by the caller (its exit code and output); the
+    # pipe's buffer is flushed by close(), so the broken pipe can surface there too.
+    with contextlib.suppress(BrokenPipeError):
         process.stdin.write(stdin_config)
-    process.stdin.close()
+    with contextlib.suppress(BrokenPipeError):
+        process.stdin.close()
     return process
 
 

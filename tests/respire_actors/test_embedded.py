@@ -241,6 +241,30 @@ async def test_probe_tells_loading_from_ready(tmp_path: Path) -> None:
         lock.close()
 
 
+def test_a_server_that_exits_before_reading_its_configuration_is_reported_not_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by CI: a binary that exited before reading its stdin made the buffered write fail
+    when the pipe was closed (flushed), and the start failed with 'Broken pipe' instead of the
+    exit code and output. The Popen here returns only once the child has exited, which makes
+    the timing certain."""
+
+    class ExitedFirst(subprocess.Popen):  # type: ignore[type-arg]
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+            self.wait(timeout=10)
+
+    monkeypatch.setattr(embedded.subprocess, "Popen", ExitedFirst)
+    lock = embedded._open_lock(tmp_path)
+    try:
+        cmd = ["/bin/sh", "-c", "echo refuses to start; exit 3"]
+        process = embedded._spawn(cmd, lock.fileno(), tmp_path / "out", b"# config\n")
+        assert process.wait(timeout=10) == 3
+        assert (tmp_path / "out").read_text() == "refuses to start\n"
+    finally:
+        lock.close()
+
+
 # ------------------------------------------------------------------------------------------
 # the data-directory lock and orphans (issue 8, item 2; serve-level tests in test_serve_*.py)
 
