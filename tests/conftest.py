@@ -10,8 +10,9 @@ Fixtures (see ``tests/helpers`` for the plain functions behind them):
 * ``server_url`` - parametrized over both servers (ids ``valkey`` and ``redis``).
 * ``unique_name`` - a fresh ``t-<12 hex>`` name; build queue names / key prefixes from it.
 * ``client`` - an entered :class:`~respire_actors.redis.client.RedisClient` on ``server_url``;
-  on teardown it deletes every key containing ``unique_name`` (SCAN + UNLINK) and removes the
-  queue names containing it from the queue registry (``delete_matching`` does both).
+  on teardown it removes the queue names containing ``unique_name`` from the queue registry and
+  deletes every key containing it (SCAN + UNLINK; on the shared Redis in one pass at the end of
+  the session, since its keyspace may be large: ``release_keys`` in helpers/keyspace.py).
 * ``spawn_valkey`` - a factory for throwaway valkey-servers with extra arguments (stopped at
   teardown): for tests that pause, kill or reconfigure a server.
 * ``otel`` - the OpenTelemetry SDK providers (installed once per process: in-memory span
@@ -42,11 +43,11 @@ from pathlib import Path
 
 import pytest
 from helpers import otel as otel_helpers
-from helpers.keyspace import delete_matching, new_name
-from helpers.resp import RespError, SyncRedis
+from helpers.keyspace import delete_matching, new_name, release_keys, share, sweep_deferred
+from helpers.resp import RespError, sync_redis_for
 from helpers.servers import Cluster, ValkeyProcess, start_cluster, start_valkey
 
-from respire_actors.redis.client import ConnectionSettings, RedisClient, connect
+from respire_actors.redis.client import RedisClient, connect
 
 REDIS_URL_ENV = "RESPIRE_TEST_REDIS_URL"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379"
@@ -82,25 +83,11 @@ def valkey_url(valkey_server: ValkeyProcess) -> str:
 
 def _probe(url: str) -> str | None:
     """None if the server at ``url`` answers PING, else why not."""
-    settings = ConnectionSettings.from_url(url)
     try:
-        conn = (
-            SyncRedis(unix_path=settings.unix_socket_path, timeout=2.0)
-            if settings.unix_socket_path
-            else SyncRedis(settings.host, settings.port, timeout=2.0)
-        )
-    except OSError as exc:
-        return str(exc)
-    with conn:
-        try:
-            if settings.password is not None:
-                if settings.username:
-                    conn.execute("AUTH", settings.username, settings.password)
-                else:
-                    conn.execute("AUTH", settings.password)
+        with sync_redis_for(url, timeout=2.0) as conn:
             conn.execute("PING")
-        except (OSError, RespError) as exc:
-            return str(exc)
+    except (OSError, RespError) as exc:
+        return str(exc)
     return None
 
 
@@ -118,7 +105,15 @@ def redis_url(_redis_probe: tuple[str, str | None]) -> str:
         if in_ci():
             pytest.fail(message + " (CI is set: the Redis server is required)")
         pytest.skip(message)
+    share(url)  # the machine's own server: keys are swept once, at the end of the session
     return url
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _sweep_shared_redis() -> Iterator[None]:
+    """Delete, in one pass, the keys tests released on the shared Redis (helpers/keyspace.py)."""
+    yield
+    sweep_deferred()
 
 
 @pytest.fixture(params=["valkey", "redis"])
@@ -140,7 +135,7 @@ async def client(server_url: str, unique_name: str) -> AsyncIterator[RedisClient
         try:
             yield redis
         finally:
-            await delete_matching(redis, f"*{unique_name}*")
+            await release_keys(redis, f"*{unique_name}*")
 
 
 @pytest.fixture

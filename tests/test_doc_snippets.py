@@ -16,11 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.keyspace import delete_matching_sync, new_name
-from helpers.resp import SyncRedis
+from helpers.keyspace import new_name, release_keys_sync
 from helpers.snippets import Snippet, SnippetError, collect, extract
-
-from respire_actors.redis.client import ConnectionSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 SNIPPETS = collect(ROOT)
@@ -67,17 +64,6 @@ def snippet_env(url: str | None) -> dict[str, str]:
     return env
 
 
-def delete_keys(server_url: str, pattern: str) -> None:
-    settings = ConnectionSettings.from_url(server_url)
-    with SyncRedis(settings.host, settings.port) as conn:
-        if settings.password is not None:
-            conn.execute(
-                *(("AUTH", settings.username) if settings.username else ("AUTH",)),
-                settings.password,
-            )
-        delete_matching_sync(conn, pattern)
-
-
 def module_name(snippet: Snippet) -> str:
     stem = snippet.path.replace("/", "_").replace(".", "_").replace("-", "_")
     return f"{stem}_{snippet.line}"
@@ -90,7 +76,7 @@ def test_snippet_runs(snippet: Snippet, server_url: str, tmp_path: Path) -> None
     try:
         result = run_program(snippet.code, tmp_path, module_name(snippet), snippet_env(url))
     finally:
-        delete_keys(server_url, f"*{prefix}*")
+        release_keys_sync(server_url, f"*{prefix}*")
     where = snippet.id + "".join(f"+{line}" for line in snippet.joined_lines)
     report = f"{where}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
     assert result.returncode == 0, f"exit code {result.returncode}: {report}"

@@ -10,7 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
-from helpers.keyspace import delete_matching
+from helpers.keyspace import release_keys
 
 from respire_actors import PayloadTooLarge
 from respire_actors.codecs import BytesCodec, EncodeError, StrCodec
@@ -113,7 +113,7 @@ async def test_every_producer_refuses_an_oversized_payload_before_sending(
             result = await queue.enqueue("exact", b"x" * LIMIT)
             assert result.entry_id
         finally:
-            await delete_matching(client, f"*{unique_name}*")
+            await release_keys(client, f"*{unique_name}*")
 
 
 async def test_a_lower_server_limit_no_longer_breaks_other_commands(

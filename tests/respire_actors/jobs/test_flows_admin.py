@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from helpers.keyspace import delete_matching
+from helpers.keyspace import release_keys
 from jobs_helpers import fields_of, forbid_commands, text
 
 from respire_actors.actors.messages import Complete
@@ -136,7 +136,7 @@ async def test_the_key_prefix_and_hash_tag_are_respected(server_url: str, unique
             assert await prefixed.execute("EXISTS", queue.keys.coordinated) == 1
             assert await prefixed.execute("XLEN", queue.keys.ready) == 3
         finally:
-            await delete_matching(prefixed, f"*{unique_name}*")
+            await release_keys(prefixed, f"*{unique_name}*")
 
 
 # -- refused before anything is sent ---------------------------------------------------------

@@ -470,9 +470,9 @@ async def test_a_scheduler_is_bound_to_the_queue_codec_and_prefix(
             assert await queue.scheduler(clock=clock).run_due() == 1
             assert len(await ready_jobs(prefixed, queue)) == 1
         finally:
-            from helpers.keyspace import delete_matching
+            from helpers.keyspace import release_keys
 
-            await delete_matching(prefixed, f"*{unique_name}*")
+            await release_keys(prefixed, f"*{unique_name}*")
 
 
 async def test_recurring_scripts_run_in_one_slot_on_a_cluster(

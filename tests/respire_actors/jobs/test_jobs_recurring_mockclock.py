@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import anyio
 import trio
-from helpers.keyspace import delete_matching
+from helpers.keyspace import release_keys
 from helpers.waiting import wait_until
 from trio.testing import MockClock
 
@@ -52,6 +52,6 @@ def test_jumping_trio_mock_clock_wakes_the_ticker(server_url: str, unique_name: 
                     await worker.stop()
                 assert seen[0].tick == T0 + timedelta(hours=1)
             finally:
-                await delete_matching(client, f"*{unique_name}*")
+                await release_keys(client, f"*{unique_name}*")
 
     trio.run(main, clock=mock)

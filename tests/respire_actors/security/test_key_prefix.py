@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import role_paths
-from helpers.keyspace import delete_matching
+from helpers.keyspace import release_keys
 
 from respire_actors.errors import ConfigurationError
 from respire_actors.keys import JobQueueKeys, hash_tag, job_queue_key_pattern, queue_registry
@@ -73,4 +73,4 @@ async def test_every_role_writes_only_prefixed_keys(
             assert all(n.startswith(pattern[:-1]) for n in names)
             assert len({hash_tag(n) for n in names}) == 1  # one cluster slot
         finally:
-            await delete_matching(client, f"*{unique_name}*")
+            await release_keys(client, f"*{unique_name}*")
