@@ -50,7 +50,7 @@ async def key_dump(admin: RedisClient, pattern: str) -> dict[bytes, bytes]:
     found: dict[bytes, bytes] = {}
     cursor: object = b"0"
     while True:
-        cursor, keys = await admin.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 500)
+        cursor, keys = await admin.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 10000)
         for key in keys:
             found[bytes(key)] = bytes(await admin.execute("DUMP", key) or b"")
         if _text(cursor) == "0":

@@ -20,7 +20,7 @@ async def keys_matching(client: RedisClient, pattern: str) -> set[str]:
     found: set[str] = set()
     cursor: object = b"0"
     while True:
-        cursor, batch = await client.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+        cursor, batch = await client.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 10000)
         found |= {text(k) for k in batch}
         if text(cursor) == "0":
             return found
