@@ -958,6 +958,23 @@ def root_cause(exc: BaseException) -> BaseException:
     return candidates[0] if candidates else exc
 
 
+def _exit_request(exc: BaseException) -> SystemExit | KeyboardInterrupt | None:
+    """A ``SystemExit`` (else a ``KeyboardInterrupt``) inside ``exc``'s exception groups or a
+    supervisor error's cause, if there is one."""
+    found: list[BaseException] = []
+    pending = list(_leaves(exc))
+    while pending:
+        leaf = pending.pop(0)
+        if isinstance(leaf, SupervisorError) and leaf.__cause__ is not None:
+            pending[:0] = list(_leaves(leaf.__cause__))
+        elif isinstance(leaf, SystemExit | KeyboardInterrupt):
+            found.append(leaf)
+    for leaf in found:
+        if isinstance(leaf, SystemExit):
+            return leaf
+    return found[0] if found else None  # type: ignore[return-value]
+
+
 def _chain(exc: BaseException) -> Iterator[BaseException]:
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -1072,6 +1089,13 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException as exc:
         if isinstance(exc, SystemExit):
             raise
+        exit_request = _exit_request(exc)
+        if isinstance(exit_request, SystemExit):
+            # sys.exit() in an app or a handler, wrapped by a task group on the way out (trio
+            # wraps it, asyncio does not): the process exits with its code on both backends
+            raise exit_request from None
+        if exit_request is not None:  # a KeyboardInterrupt, wrapped the same way
+            return EXIT_OK if getattr(args, "follow", False) else EXIT_FAILURE
         cause = root_cause(exc)
         if _gate is not None and not phase["started"]:
             _gate.drop()

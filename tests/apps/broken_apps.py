@@ -85,3 +85,30 @@ class IgnoresStops:
 
 
 ignores_stops = IgnoresStops()
+
+
+class ExitingHandler:
+    """A worker app whose handler calls ``sys.exit(4)``: it enqueues one job into the queue
+    named by ``EXIT_QUEUE`` and serves it."""
+
+    async def run(self, client: Any, *, task_status: Any) -> None:
+        import os
+        import sys
+
+        import anyio
+
+        from respire_actors import JobQueue, StrCodec, Worker
+
+        async def handler(job: Any) -> Any:
+            sys.exit(4)
+
+        queue = JobQueue(client, os.environ["EXIT_QUEUE"], StrCodec())
+        worker = Worker()
+        worker.register(queue.name, handler, StrCodec())
+        async with anyio.create_task_group() as tg:
+            await tg.start(worker.run, client)
+            await queue.enqueue("exit", "x")
+            task_status.started()
+
+
+exiting_handler = ExitingHandler()

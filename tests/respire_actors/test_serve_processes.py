@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 from helpers.cli import run_cli, serving
+from helpers.keyspace import delete_matching_sync
 from helpers.loading import is_loading, loading_server
+from helpers.resp import SyncRedis
 
 from respire_actors import embedded
 
@@ -224,6 +226,30 @@ def answers_ping(port: int, password: str) -> bool:
             return reply == b"+OK\r\n+PONG\r\n"
     except OSError:
         return False
+
+
+@pytest.mark.parametrize("backend", ["trio", "asyncio"])
+def test_a_handler_calling_sys_exit_ends_serve_with_its_code_on_both_backends(
+    tmp_path: Path, backend: str
+) -> None:
+    """Found by review: under trio the SystemExit reached serve wrapped in an exception group and
+    serve printed 'error: SystemExit: 4' and exited 1; asyncio exited 4."""
+    queue = f"exit-{os.urandom(6).hex()}"
+    try:
+        with serving(
+            "tests.apps.broken_apps:exiting_handler",
+            "--redis-url",
+            "redis://127.0.0.1:6379",
+            "--backend",
+            backend,
+            stderr_path=tmp_path / "serve.err",
+            env={"EXIT_QUEUE": queue},
+        ) as s:
+            assert s.wait() == 4, s.stderr()
+        assert "error:" not in s.stderr()
+    finally:
+        with SyncRedis("127.0.0.1", 6379) as conn:
+            delete_matching_sync(conn, f"*{queue}*")
 
 
 def test_an_app_failing_while_stopping_makes_serve_exit_1(tmp_path: Path) -> None:
