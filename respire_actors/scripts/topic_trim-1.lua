@@ -35,7 +35,7 @@ end
 local err = respire_preflight({{stream, 'stream'}},
   {{'XINFO', 'GROUPS', stream}, {'XPENDING', stream, 'g', '-', '+', '1'},
    {'XRANGE', stream, '-', '+', 'COUNT', '1'}, {'XREVRANGE', stream, '+', '-', 'COUNT', '1'},
-   {'XTRIM', stream, 'MINID', '0-1'}})
+   {'XTRIM', stream, 'MINID', '0-1'}, {'XLEN', stream}})
 if err then return err end
 if redis.call('EXISTS', stream) == 0 then
   return {0, '', ''}

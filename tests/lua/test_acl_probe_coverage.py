@@ -45,7 +45,7 @@ READ_BEFORE_FIRST_WRITE: dict[str, set[str]] = {
     "rq_nack": {"TIME"},
     # the stream's length and the cutoff's clock before the trim
     "job_trim": {"TIME", "XLEN"},
-    "topic_trim": {"EXISTS", "TIME", "XLEN"},
+    "topic_trim": {"EXISTS", "TIME"},
     # the schedule's definition and due score before the tick's XADD
     "recurring_tick": {"HGET", "ZSCORE"},
     # the read is XREADGROUP itself; XREVRANGE runs only when it delivered nothing
