@@ -288,6 +288,17 @@ def deactivate(token: object | None) -> None:
         otel_context.detach(token)  # type: ignore[arg-type]
 
 
+def enqueue_trace_id(args: Sequence[bytes | str | int]) -> str:
+    """The trace id an enqueue persisted, from its field/value arguments (for the ``accepted``
+    log record), '' when it persisted none."""
+    for i, value in enumerate(args[:-1]):
+        if value == JOB_TRACE_FIELDS[0]:
+            parent = args[i + 1]
+            raw = parent.encode() if isinstance(parent, str) else bytes(str(parent), "ascii")
+            return trace_id({JOB_TRACE_FIELDS[0].encode(): raw})
+    return ""
+
+
 def trace_id(fields: Mapping[bytes, bytes], names: Sequence[str] = JOB_TRACE_FIELDS) -> str:
     """The producer's trace id (32 hex digits) from an entry's ``traceparent`` field, '' when
     there is none or it is malformed: the structured logs' ``trace_id`` (the same for every

@@ -298,7 +298,7 @@ class JobQueue(Generic[T]):
             },
         )
         if _tlog.isEnabledFor(logging.DEBUG):
-            trace = _trace_of(prepared.args)
+            trace = tracing.enqueue_trace_id(prepared.args)
             _tlog.debug(
                 "%s: %r %s as %s",
                 self.name,
@@ -695,7 +695,7 @@ class JobQueue(Generic[T]):
                     "job_id": job_id,
                     "entry_id": "",
                     "attempt": 0,
-                    "trace_id": _trace_of(context),
+                    "trace_id": tracing.enqueue_trace_id(context),
                     "deduplicated": not added,
                     "batch_id": batch_id,
                 },
@@ -1043,13 +1043,3 @@ def _to_event(entry_id: str, flat: Sequence[Any]) -> JobEvent:
         batch_id=fields.pop("batch", None),
         extra=fields,
     )
-
-
-def _trace_of(args: Sequence[bytes | str | int]) -> str:
-    """The trace id an enqueue persisted (from its field/value arguments), for the log."""
-    for i, value in enumerate(args[:-1]):
-        if value == tracing.JOB_TRACE_FIELDS[0]:
-            parent = args[i + 1]
-            raw = parent.encode() if isinstance(parent, str) else bytes(str(parent), "ascii")
-            return tracing.trace_id({tracing.JOB_TRACE_FIELDS[0].encode(): raw})
-    return ""

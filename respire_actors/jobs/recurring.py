@@ -68,6 +68,7 @@ _TICK = load("recurring_tick")
 _LIST = load("recurring_list")
 _FORMAT = "1"
 log = logging.getLogger("respire_actors.recurring")
+_tlog = logging.getLogger("respire_actors.telemetry")
 
 
 class MissedTickPolicy(enum.Enum):
@@ -435,7 +436,7 @@ class RecurringScheduler(Generic[T]):
             )
         )
         calls: list[Any] = []
-        planned: list[tuple[_Definition, int | None]] = []
+        planned: list[tuple[_Definition, int | None, tuple[bytes | str | int, ...]]] = []
         tick_spans: list[Span | None] = []
         next_due: int | None = None
         problems: list[str] = []
@@ -485,7 +486,7 @@ class RecurringScheduler(Generic[T]):
                 calls.append(
                     (_TICK, (keys.ready, keys.recurring, keys.recurring_due), args + envelope)
                 )
-                planned.append((definition, following))
+                planned.append((definition, following, envelope))
                 tick_spans.append(span)
             replies = await run_many(self.client, calls) if calls else []
             for span, reply in zip(tick_spans, replies, strict=True):
@@ -497,12 +498,13 @@ class RecurringScheduler(Generic[T]):
                     tracing.set_attributes(span, {"respire.recurring.stale": True})
         enqueued = stale = backlog = 0
         failure: BaseException | None = None
-        for reply, (_, following) in zip(replies, planned, strict=True):
+        for reply, (_, following, envelope) in zip(replies, planned, strict=True):
             if isinstance(reply, BaseException):
                 failure = failure or reply
                 continue
             if _s(reply[0]) == "committed":
                 enqueued += 1
+                self._log_accepted(envelope, _s(reply[1]))
                 if following is not None:
                     if following <= now:
                         backlog += 1
@@ -528,6 +530,28 @@ class RecurringScheduler(Generic[T]):
         )
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _log_accepted(self, envelope: Sequence[bytes | str | int], entry_id: str) -> None:
+        """The ``accepted`` record of a committed tick (a tick is an enqueue)."""
+        if not _tlog.isEnabledFor(logging.DEBUG):
+            return
+        job_id = str(envelope[1])
+        _tlog.debug(
+            "%s: %r accepted as %s",
+            self.queue,
+            job_id,
+            entry_id,
+            extra={
+                "event": "accepted",
+                "queue": self.queue,
+                "job_id": job_id,
+                "entry_id": entry_id,
+                "attempt": 0,
+                "trace_id": tracing.enqueue_trace_id(envelope),
+                "deduplicated": False,
+            },
+        )
+
     def _list_keys(self) -> Sequence[str]:
         return (self.keys.recurring_order, self.keys.recurring, self.keys.recurring_due)
 

@@ -5,7 +5,7 @@ only at DEBUG and builds nothing when DEBUG is off."""
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -15,10 +15,11 @@ from jobs_helpers import create_group, deliver, fast_options, running_worker, wa
 from opentelemetry import trace
 from opentelemetry.trace import format_trace_id
 
+from respire_actors import tracing
 from respire_actors.actors import telemetry
 from respire_actors.jobs import ACK, Job, JobQueue
-from respire_actors.jobs import queue as queue_module
 from respire_actors.redis.client import RedisClient
+from respire_actors.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
 
@@ -67,7 +68,7 @@ async def test_the_job_path_builds_no_log_fields_above_debug(
         raise AssertionError("log fields were built with DEBUG off")
 
     monkeypatch.setattr(telemetry, "fields", refuse)
-    monkeypatch.setattr(queue_module, "_trace_of", refuse)
+    monkeypatch.setattr(tracing, "enqueue_trace_id", refuse)
     await queue.enqueue_many([(f"j{i}", "x") for i in range(5)])
 
     async def handler(job: Job[str]) -> object:
@@ -124,3 +125,23 @@ async def test_committed_outcomes_are_logged_by_the_completer(
     assert (acked.job_id, acked.entry_id, acked.levelno) == ("ok", ok.entry_id, logging.DEBUG)
     assert (dead.job_id, dead.entry_id, dead.levelno) == ("bad", bad.entry_id, logging.WARNING)
     assert worker.statistics(queue.name).dead_letter_reasons == {"explicit": 1}
+
+
+async def test_a_recurring_tick_logs_its_acceptance_like_any_enqueue(
+    otel: Otel, queue: JobQueue[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Found by review: a committed tick (an enqueue, with its own 'job enqueue' span) wrote no
+    ``accepted`` record."""
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    clock = FakeClock(datetime(2030, 1, 1, tzinfo=UTC))
+    scheduler = queue.scheduler(clock=clock)
+    await scheduler.upsert("r", "x", interval=60)
+    clock.advance(61)
+    assert await scheduler.run_due() == 1
+    [span] = otel.spans("job enqueue")
+    [accepted] = records(caplog, "accepted")
+    job_id = span.attributes["respire.job.id"]
+    assert str(job_id).startswith("recurring:")
+    assert (accepted.job_id, accepted.queue, accepted.attempt) == (job_id, queue.name, 0)
+    assert accepted.entry_id == span.attributes["messaging.message.id"]
+    assert accepted.trace_id == format_trace_id(span.context.trace_id)
