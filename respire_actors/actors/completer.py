@@ -116,6 +116,7 @@ async def commit(
             rt.stats.expired += 1
         elif c.kind == "retry":
             rt.stats.retried += 1
+            rt.note_staged(c.delay_ms)
         elif c.kind == "release":
             rt.stats.group_releases += 1
         elif c.kind == "cancelled":

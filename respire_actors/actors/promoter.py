@@ -6,7 +6,8 @@ lost reply leaves each job either staged or ready, never both and never twice. A
 the promoter still waits a whole scheduling poll interval, so each reader's promoter moves at most
 ``scheduling_batch_size`` jobs per poll interval: a due backlog reaches the ready stream at a
 bounded rate instead of flooding it. Otherwise the promoter sleeps until the next staged job is
-due, but never longer than the poll interval (jobs staged by other clients are found by then).
+due, but never longer than the poll interval (jobs staged by other clients are found by then);
+a durable retry this worker commits wakes it for the retry's due time.
 Promotion continues while the queue is paused: pause governs deliveries, not scheduling.
 """
 
@@ -68,4 +69,22 @@ async def run_promoter(
             )
         wait = next_wait_ms(result.promoted, batch, result.next_due_ms, poll_ms)
         with ctx.stop_scope():
-            await anyio.sleep(wait / 1000)
+            await _wait_for_due(rt, wait / 1000, honour_staged=result.promoted < batch)
+
+
+async def _wait_for_due(rt: QueueRuntime, seconds: float, *, honour_staged: bool) -> None:
+    """Sleep ``seconds``, or less when this registration stages a job due sooner (a durable
+    retry: the completer calls ``rt.note_staged``). After a full batch the whole wait stands
+    (a due backlog is promoted at most one batch per poll interval; the retry is in it)."""
+    deadline = anyio.current_time() + seconds
+    while True:
+        if rt.staged_due is not None:
+            if honour_staged:
+                deadline = min(deadline, rt.staged_due)
+            rt.staged_due = None
+        remaining = deadline - anyio.current_time()
+        if remaining <= 0:
+            return
+        rt.staged = anyio.Event()  # no await since staged_due was read: nothing is missed
+        with anyio.move_on_after(remaining):
+            await rt.staged.wait()

@@ -208,6 +208,18 @@ class QueueRuntime:
     partition_keys: Sequence[JobQueueKeys] = ()
     # Mistakes of the registration's handlers already warned about (each once per run).
     warned: set[str] = field(default_factory=set)
+    # The earliest due time (anyio clock) of a job this registration staged since the promoter
+    # last looked (its durable retries), and the event that wakes the promoter for it: without
+    # it a retry_after(0) waited out the promoter's sleep, up to a whole poll interval.
+    staged_due: float | None = None
+    staged: anyio.Event = field(default_factory=anyio.Event)
+
+    def note_staged(self, delay_ms: int) -> None:
+        """A job this registration staged is due in ``delay_ms``: wake the promoter for it."""
+        due = anyio.current_time() + max(0, delay_ms) / 1000
+        if self.staged_due is None or due < self.staged_due:
+            self.staged_due = due
+        self.staged.set()
 
     def keys_for(self, delivery: Delivery) -> JobQueueKeys:
         """The job queue keys of ``delivery``: its partition's for a partitioned queue."""

@@ -355,3 +355,28 @@ async def _empty(client: RedisClient, queue: JobQueue[str]) -> bool:
         await pending_count(client, queue.keys) == 0
         and await xlen(client, queue.keys.scheduled) == 0
     )
+
+
+async def test_a_retry_due_before_the_next_poll_is_promoted_when_due(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """Found by review: the promoter slept out its poll interval whatever this worker staged,
+    so retry_after(0) and a 100 ms backoff both waited up to a whole poll (here 30 s). The
+    worker's own retries now wake it for their due time."""
+    seen: list[tuple[str, int]] = []
+
+    async def handler(job: Job[str]) -> Any:
+        seen.append((job.id, job.total_attempts))
+        if job.total_attempts == 1:
+            if job.id == "now":
+                return job.retry_after(0)
+            raise RuntimeError("backoff")
+        return None
+
+    qo = QueueOptions(scheduling_poll_interval=30, retry_backoff=0.1, retry_jitter=0)
+    async with scheduling_worker(client, queue.name, handler, queue_options=qo) as worker:
+        await queue.enqueue("now", "x")
+        await queue.enqueue("backoff", "x")
+        await wait_until(lambda: len(seen) == 4, timeout=10)
+        assert worker.statistics(queue.name).retried == 2
+    assert sorted(seen) == [("backoff", 1), ("backoff", 2), ("now", 1), ("now", 2)]
