@@ -31,7 +31,13 @@ from .groups import DEFAULT_LEASE, GroupInfo
 from .metrics import MinuteMetrics
 from .model import EnqueueResult, JobStatus, QueueState
 from .options import JobEnqueueOptions, validate_group, validate_job_id
-from .partitioning import partition_of, run_all, validate_partitions, verify_partition_count
+from .partitioning import (
+    _probe_partitions,
+    partition_of,
+    run_all,
+    validate_partitions,
+    verify_partition_count,
+)
 from .queue import (
     _ENQUEUE,
     _SPAN,
@@ -292,12 +298,22 @@ class PartitionedJobQueue(Generic[T]):
             raise first
         return out
 
+    async def _check_writes(self, probe: str) -> None:
+        """Before a control that writes every partition: may this client write each one (and
+        do its keys hold the right types)? Refused on one, it writes none (PermissionDenied or
+        WrongKeyType naming what is missing; one pipelined round trip)."""
+        await self._verify()
+        await _probe_partitions(self.client, self.name, self.partitions, probe)
+
     async def pause(self) -> int:
-        """Pause every partition (each with its own paused event); returns how many changed."""
+        """Pause every partition (each with its own paused event); returns how many changed.
+        A client refused a partition's keys or commands pauses none."""
+        await self._check_writes("pause")
         return sum(await self._each("pause"))
 
     async def resume(self) -> int:
-        """Resume every partition; returns how many changed."""
+        """Resume every partition; returns how many changed (refused on one: resumes none)."""
+        await self._check_writes("pause")
         return sum(await self._each("resume"))
 
     async def get_state(self) -> PartitionedQueueState:
@@ -359,6 +375,7 @@ class PartitionedJobQueue(Generic[T]):
         accept (the queue holds at most ``partitions * per_partition``). Returns how many
         partitions' bounds changed. Raises :class:`ValidationError` before sending."""
         _backpressure.check_limit(per_partition)
+        await self._check_writes("backlog")
         return sum(await self._each("set_max_backlog", per_partition))
 
     async def backlog(self) -> PartitionedBacklog:

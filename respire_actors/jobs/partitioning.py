@@ -21,7 +21,13 @@ from typing import Any, TypeVar
 import anyio
 
 from ..actors._util import text
-from ..errors import PartitionCountMismatch, RedisUnavailable, ServerLoading, ValidationError
+from ..errors import (
+    PartitionCountMismatch,
+    PermissionDenied,
+    RedisUnavailable,
+    ServerLoading,
+    ValidationError,
+)
 from ..keys import MAX_PARTITIONS, JobQueueKeys, partition_name, partitions_key, validate_name
 from ..redis.client import RedisClient
 from ..redis.scripts import load, run_many
@@ -194,7 +200,7 @@ async def _check(
     return "stored" if status == "stored" else "match"
 
 
-PROBE_MODES = ("enqueue", "schedule", "worker")
+PROBE_MODES = ("enqueue", "schedule", "worker", "pause", "backlog")
 
 
 async def _probe_partitions(client: RedisClient, name: str, partitions: int, first: str) -> None:
@@ -204,10 +210,20 @@ async def _probe_partitions(client: RedisClient, name: str, partitions: int, fir
     if first not in PROBE_MODES:
         raise ValueError(f"unknown first operation {first!r}")
     calls = []
-    for i in range(partitions):
-        k = JobQueueKeys(partition_name(name, i), client.key_prefix)
-        calls.append((_PROBE, (k.ready, k.control, k.dedup("probe"), k.scheduled, k.due), (first,)))
-    for reply in await run_many(client, calls):
+    keys = [JobQueueKeys(partition_name(name, i), client.key_prefix) for i in range(partitions)]
+    for k in keys:
+        calls.append(
+            (_PROBE, (k.ready, k.control, k.dedup("probe"), k.scheduled, k.due, k.events), (first,))
+        )
+    for i, reply in enumerate(await run_many(client, calls)):
+        if isinstance(reply, PermissionDenied) and not reply.command:
+            # the server refused a key before the probe ran: say which partition's
+            raise PermissionDenied(
+                f"{reply} (partition {i} of {name!r}: keys {keys[i].ready} and the rest of"
+                f" its hash tag; grant the key pattern of every partition, see"
+                f" docs/security.md)",
+                reply.command,
+            ) from reply
         if isinstance(reply, BaseException):
             raise reply
 

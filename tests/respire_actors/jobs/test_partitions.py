@@ -611,6 +611,55 @@ async def test_a_user_missing_one_command_records_no_partition_count(
     assert await client.execute("KEYS", f"*{unique_name}*") == []
 
 
+OPERATOR_CONTROLS: list[tuple[str, Callable[[PartitionedJobQueue[str]], Awaitable[object]]]] = [
+    ("pause", lambda q: q.pause()),
+    ("resume", lambda q: q.resume()),
+    ("set_max_backlog", lambda q: q.set_max_backlog(3)),
+]
+
+
+@pytest.mark.parametrize("refused", ["partition-keys", "hset"])
+@pytest.mark.parametrize(
+    ("what", "control"), OPERATOR_CONTROLS, ids=[w for w, _ in OPERATOR_CONTROLS]
+)
+async def test_an_operator_refused_one_partition_changes_none(
+    client: RedisClient,
+    server_url: str,
+    unique_name: str,
+    refused: str,
+    what: str,
+    control: Callable[[PartitionedJobQueue[str]], Awaitable[object]],
+) -> None:
+    """Found by review: pause and set_max_backlog ran on every partition at once, so an
+    operator refused partition 3's keys paused (or bounded) the other three, and the error
+    named neither the key nor the partition. Now a probe of every partition goes first."""
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    await queue.enqueue("seed", "x")
+    if what == "resume":
+        await queue.pause()
+    names = partition_names(unique_name, 4)
+    if refused == "partition-keys":
+        rules = acl_rules("operator", [n for n in names if not n.endswith(":p3")])
+    else:
+        rules = [*acl_rules("operator", names), "-hset"]
+    before = {
+        text(k): await client.execute("DUMP", k)
+        for k in await client.execute("KEYS", f"*{unique_name}*")
+    }
+    async with acl_user(client, server_url, f"{unique_name}-op", rules) as restricted:
+        with pytest.raises(PermissionDenied) as caught:
+            await control(PartitionedJobQueue(restricted, unique_name, StrCodec(), partitions=4))
+    after = {
+        text(k): await client.execute("DUMP", k)
+        for k in await client.execute("KEYS", f"*{unique_name}*")
+    }
+    assert after == before
+    if refused == "partition-keys":
+        assert f"partition 3 of {unique_name!r}" in str(caught.value)
+    else:
+        assert caught.value.command == "hset"
+
+
 async def test_a_busy_partition_does_not_starve_a_newly_filled_one(
     client: RedisClient, unique_name: str
 ) -> None:
