@@ -1078,8 +1078,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise StartupError(f"the dashboard needs --redis-url or ${DEFAULT_URL_ENV}")
             return anyio.run(run_dashboard, args, url, phase, backend=args.backend)
         if args.command == "chaos":
-            phase["started"] = True
-            return anyio.run(run_chaos, args, url, backend=args.backend)
+            return anyio.run(run_chaos, args, url, phase, backend=args.backend)
         if args.command in ADMIN_COMMANDS:
             return anyio.run(_admin, args, url, phase, backend=args.backend)
         return anyio.run(ping, url, args.data_dir, backend=args.backend)

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import math
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
+from ..redis.client import connect
 from .model import ChaosContext
 from .report import print_table, write_results
-from .runner import run_scenarios, select
+from .runner import UnknownScenario, run_scenarios, select
 from .scenarios import load_all
 
 
@@ -64,11 +67,25 @@ def add_chaos_parser(sub: Any, parents: list[argparse.ArgumentParser], epilog: s
         default="asyncio",
         help="the async library of the worker processes (default: asyncio)",
     )
-    p.add_argument("--budget", type=float, default=180.0, metavar="SECONDS",
+    p.add_argument("--budget", type=_budget, default=180.0, metavar="SECONDS",
                    help="time limit of one scenario (default: 180)")  # fmt: skip
 
 
-async def run_chaos(args: argparse.Namespace, url: str | None) -> int:
+def _budget(text: str) -> float:
+    """``--budget``: a finite number of seconds above 0 (argparse says so and exits 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds above 0, not {text!r}")
+    return value
+
+
+async def run_chaos(args: argparse.Namespace, url: str | None, phase: dict[str, bool]) -> int:
+    """Run the selected scenarios. Before anything starts (``phase["started"]`` still False,
+    so the CLI reports one ``error:`` line and exit 3): a --redis-url that the queue-only
+    scenarios would use must answer. An unknown --only name is a usage error (exit 2)."""
     console = Console()
     if not console.is_terminal:  # a log file or CI: never cut case names at 80 columns
         console = Console(width=200)
@@ -78,7 +95,16 @@ async def run_chaos(args: argparse.Namespace, url: str | None) -> int:
             own = " \\[own servers]" if cls.own_servers else ""
             console.print(f"{cls.number}. [bold]{cls.name}[/]{ci}{own}: {cls.title}")
         return 0
-    names = select(args.only, ci=args.ci)
+    try:
+        names = select(args.only, ci=args.ci)
+    except UnknownScenario as exc:
+        print(f"error: {exc} (--list shows them)", file=sys.stderr)
+        return 2
+    registry = load_all()
+    if url is not None and any(not registry[name].own_servers for name in names):
+        async with connect(url) as client:  # unreachable or refused: a start-up error
+            await client.execute("PING")
+    phase["started"] = True
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="respire-chaos-"))
     ctx = ChaosContext(
         work_dir=work_dir,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -60,9 +61,30 @@ def test_list_names_every_scenario_in_seed_order() -> None:
 
 def test_an_unknown_scenario_is_a_clear_error(tmp_path: Path) -> None:
     done = chaos("--only", "no-such-scenario", "--out", str(tmp_path))
-    assert done.returncode != 0
-    assert "unknown scenario no-such-scenario" in done.stderr
+    assert done.returncode == 2  # a usage error (found by review: it exited 1, as a failure)
+    assert done.stderr.startswith("error: unknown scenario no-such-scenario")
     assert "trim" in done.stderr  # the message lists the known names
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "results.json").exists()
+
+
+@pytest.mark.parametrize("budget", ["-5", "0", "nan", "inf", "soon"])
+def test_a_budget_that_is_not_a_positive_number_is_a_usage_error(budget: str) -> None:
+    done = chaos("--only", "trim", "--budget", budget)
+    assert done.returncode == 2
+    assert "--budget: must be a number of seconds above 0" in done.stderr
+
+
+def test_an_unreachable_server_is_one_start_up_error(tmp_path: Path) -> None:
+    """Found by review: each queue-only scenario printed a traceback and a FAIL verdict, and
+    the run exited 1; now one 'error:' line and exit 3 before anything runs."""
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    done = chaos("--ci", "--redis-url", f"redis://127.0.0.1:{port}", "--out", str(tmp_path))
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert done.stderr.startswith("error: cannot reach Redis"), done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert not (tmp_path / "results.json").exists()
 
 
