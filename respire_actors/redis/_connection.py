@@ -119,11 +119,34 @@ class Endpoint:
         return other
 
     async def _credentials(self) -> tuple[str | None, str | None]:
+        """The URL's credentials, or the provider's, asked within ``connect_timeout``: a
+        secrets store that hangs or fails makes the connection attempt fail (RedisUnavailable,
+        nothing sent), never a command that waits forever (a shielded pipeline could not even
+        be cancelled)."""
         if self.credential_provider is None:
             return self.username, self.password
-        got = self.credential_provider()
-        if inspect.isawaitable(got):
-            got = await got
+        try:
+            with anyio.fail_after(self.connect_timeout):
+                got = self.credential_provider()
+                if inspect.isawaitable(got):
+                    got = await got
+        except TimeoutError:
+            raise RedisUnavailable(
+                f"the credential provider did not answer within {self.connect_timeout} s "
+                f"(connect_timeout) while connecting to {self.describe()}; no command ran",
+                ran=False,
+            ) from None
+        except Exception as exc:
+            raise RedisUnavailable(
+                f"the credential provider failed while connecting to {self.describe()} "
+                f"({type(exc).__name__}: {exc}); no command ran",
+                ran=False,
+            ) from exc
+        if not isinstance(got, tuple | list) or len(got) != 2:
+            raise ConfigurationError(
+                "the credential provider must return (username, password), username None for "
+                f"the default user; it returned {type(got).__name__}"
+            )
         username, password = got
         return username, password
 

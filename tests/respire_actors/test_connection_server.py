@@ -464,6 +464,61 @@ async def test_credential_provider_is_asked_for_every_new_connection(
         assert calls > asked
 
 
+async def test_a_credential_provider_that_hangs_or_fails_fails_the_connection_in_time(
+    valkey_server: ValkeyProcess, valkey_url: str, unique_name: str
+) -> None:
+    """Found by review: the provider was asked between the connect and the handshake timeouts,
+    so one that hung on a reconnect held a shielded pipeline (uncancellable) and the connect
+    lock for as long as it hung; one that raised leaked its own exception."""
+    mode = {"now": "ok"}
+
+    async def provider() -> tuple[str | None, str | None]:
+        if mode["now"] == "hang":
+            await anyio.sleep(60)
+        if mode["now"] == "fail":
+            raise RuntimeError("secrets store unavailable")
+        if mode["now"] == "garbage":
+            return "just a password"  # type: ignore[return-value]
+        return None, None
+
+    name = f"{unique_name}-provider"
+    async with connect(
+        valkey_url, credential_provider=provider, connect_timeout=0.5, client_name=name
+    ) as client:
+        assert await client.execute("PING") == b"PONG"
+        for now, error, text in (
+            ("hang", RedisUnavailable, "did not answer within 0.5 s"),
+            ("fail", RedisUnavailable, "RuntimeError: secrets store unavailable"),
+            ("garbage", ConfigurationError, "must return (username, password)"),
+        ):
+            mode["now"] = now
+            valkey_server.execute(
+                "CLIENT", "KILL", "SKIPME", "no", "ID", _client_id(valkey_server, name)
+            )
+            with anyio.fail_after(5):  # bounded: the pipeline is shielded
+                while True:  # the in-flight call may see the kill first; the next reconnects
+                    try:
+                        await client.pipeline([("PING",)])
+                    except (RedisUnavailable, ConfigurationError) as exc:
+                        if "credential provider" in str(exc):
+                            caught: Exception = exc
+                            break
+            assert isinstance(caught, error), caught
+            assert text in str(caught)
+            if isinstance(caught, RedisUnavailable):
+                assert caught.ran is False
+            mode["now"] = "ok"
+            assert await client.execute("PING") == b"PONG"
+
+
+def _client_id(server: ValkeyProcess, name: str) -> str:
+    for line in server.execute("CLIENT", "LIST").decode().splitlines():
+        fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+        if fields.get("name") == name:
+            return fields["id"]
+    raise AssertionError(f"no client named {name}")
+
+
 async def test_a_server_at_maxclients_refuses_as_unavailable_not_a_raw_reply(
     tmp_path: Path,
 ) -> None:
