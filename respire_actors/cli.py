@@ -938,20 +938,30 @@ def _leaves(exc: BaseException) -> Iterator[BaseException]:
         yield exc
 
 
-def root_cause(exc: BaseException) -> BaseException:
-    """The exception that explains a failure: exception groups (task groups) are unwrapped,
-    supervisor errors give way to the child's exception (their ``__cause__``), and a
-    respire_actors error is preferred over anything else found."""
-    candidates: list[BaseException] = []
+def _failure_leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside ``exc``: exception groups (task groups) unwrapped, and supervisor
+    errors replaced by the child's exception (their ``__cause__``)."""
+    found: list[BaseException] = []
     pending = list(_leaves(exc))
     while pending:
         leaf = pending.pop(0)
         if isinstance(leaf, SupervisorError) and leaf.__cause__ is not None:
             pending[:0] = list(_leaves(leaf.__cause__))
-            continue
-        if isinstance(leaf, asyncio.CancelledError) or type(leaf).__name__ == "Cancelled":
-            continue  # trio's Cancelled, asyncio's CancelledError: a consequence, not a cause
-        candidates.append(leaf)
+        else:
+            found.append(leaf)
+    return found
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The exception that explains a failure: exception groups (task groups) are unwrapped,
+    supervisor errors give way to the child's exception (their ``__cause__``), and a
+    respire_actors error is preferred over anything else found."""
+    candidates = [
+        leaf
+        for leaf in _failure_leaves(exc)
+        # trio's Cancelled, asyncio's CancelledError: a consequence, not a cause
+        if not (isinstance(leaf, asyncio.CancelledError) or type(leaf).__name__ == "Cancelled")
+    ]
     for candidate in candidates:
         if isinstance(candidate, RespireError):
             return candidate
@@ -961,18 +971,11 @@ def root_cause(exc: BaseException) -> BaseException:
 def _exit_request(exc: BaseException) -> SystemExit | KeyboardInterrupt | None:
     """A ``SystemExit`` (else a ``KeyboardInterrupt``) inside ``exc``'s exception groups or a
     supervisor error's cause, if there is one."""
-    found: list[BaseException] = []
-    pending = list(_leaves(exc))
-    while pending:
-        leaf = pending.pop(0)
-        if isinstance(leaf, SupervisorError) and leaf.__cause__ is not None:
-            pending[:0] = list(_leaves(leaf.__cause__))
-        elif isinstance(leaf, SystemExit | KeyboardInterrupt):
-            found.append(leaf)
-    for leaf in found:
-        if isinstance(leaf, SystemExit):
-            return leaf
-    return found[0] if found else None  # type: ignore[return-value]
+    leaves = _failure_leaves(exc)
+    exits = [leaf for leaf in leaves if isinstance(leaf, SystemExit)]
+    if exits:
+        return exits[0]
+    return next((leaf for leaf in leaves if isinstance(leaf, KeyboardInterrupt)), None)
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
