@@ -627,6 +627,29 @@ async def test_reads_and_renewals_record_the_workers_visibility_timeout(
     assert await client.execute("HGET", keys.control, "lease.ms") is None
 
 
+@pytest.mark.parametrize("who", ["another consumer", "a newer delivery", "acknowledged"])
+async def test_lease_renewal_is_fenced_by_consumer_and_delivery_count(
+    client: RedisClient, keys: JobQueueKeys, who: str
+) -> None:
+    """A renewal renews only what is still pending for this consumer with this delivery count:
+    once its own worker re-claimed the entry (delivery 2), delivery 1's renewal fails, so its
+    handler is cancelled rather than running beside the new one (found by a mutation review:
+    no test failed with the delivery-count check removed)."""
+    (a,) = await delivered(client, keys, "a")
+    renew = load("job_lease_renew")
+    lease_keys = (keys.ready, keys.group_leases, keys.group_owners, keys.group_policy)
+    if who == "acknowledged":
+        await client.execute("XACK", keys.ready, GROUP, a)
+    else:
+        owner = "c2" if who == "another consumer" else "c1"
+        await client.execute("XCLAIM", keys.ready, GROUP, owner, 0, a)
+    reply = await renew(client, (*lease_keys, keys.control), (GROUP, "c1", 1, a, 1, ""))
+    assert [int(x) for x in reply] == [0]
+    if who == "a newer delivery":
+        reply = await renew(client, (*lease_keys, keys.control), (GROUP, "c1", 1, a, 2, ""))
+        assert [int(x) for x in reply] == [1]
+
+
 async def test_the_rate_policy_recover_redirect_waits_for_the_recorded_lease(
     client: RedisClient, keys: JobQueueKeys
 ) -> None:
@@ -854,6 +877,26 @@ async def test_a_second_retry_replaces_the_first_ones_provenance(
     assert "_respire.retry.reason" not in after
     assert after["_respire.job.attempts"] == b"2"
     assert list(staged[::2]).count(b"_respire.retry.previous_id") == 1
+
+
+@pytest.mark.parametrize("who", ["another consumer", "a newer delivery"])
+async def test_retry_is_fenced_by_consumer_and_delivery_count(
+    client: RedisClient, keys: JobQueueKeys, who: str
+) -> None:
+    """A handler whose job was recovered (by another consumer, or by its own worker's next
+    delivery) cannot stage a retry of it nor acknowledge the current delivery (found by a
+    mutation review: no test failed with the fence removed)."""
+    (entry,) = await delivered(client, keys, "a")  # delivered to c1, count 1
+    owner = "c2" if who == "another consumer" else "c1"
+    await client.execute("XCLAIM", keys.ready, GROUP, owner, 0, entry)  # count 2
+    reply = await RETRY(client, RETRY_KEYS(keys), (GROUP, "c1", "ack", 1, entry, 1, 0, "nack"))
+    assert [int(x) for x in reply] == [0]  # stale: nothing staged, nothing acknowledged
+    assert await client.execute("EXISTS", keys.scheduled, keys.due) == 0
+    assert await pending(client, keys) == [(entry, owner, 2)]
+    # the current delivery still can
+    reply = await RETRY(client, RETRY_KEYS(keys), (GROUP, owner, "ack", 1, entry, 2, 0, "nack"))
+    assert [int(x) for x in reply] == [1]
+    assert await pending(client, keys) == []
 
 
 # -- job_group ---------------------------------------------------------------------------------

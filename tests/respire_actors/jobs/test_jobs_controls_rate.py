@@ -99,6 +99,24 @@ async def test_recovery_is_limited_without_touching_the_entry(
     assert (await queue.get_state()).rate_limit_hits == 2
 
 
+async def test_recovered_entries_use_the_windows_permits(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """Recovery takes one permit per entry it delivers, like a read: with one permit in the
+    window one of two abandoned entries is recovered and the next page is denied (found by a
+    mutation review: no test failed when recovery recorded no usage)."""
+    await queue.enqueue_many([("a", "x"), ("b", "x")])
+    await create_group(client, queue.keys)
+    await deliver(client, queue.keys, "gone", 2)
+    await queue.set_rate_limit(RateLimit(1, DAY))
+    source = source_of(queue)
+    first = await source.claim("other", "recover", "0-0", 5, 0, 5)
+    assert not first.denied and len(first.deliveries) == 1
+    assert [c for _, c, _ in await pending_rows(client, queue.keys)].count("other") == 1
+    assert (await source.claim("other", "recover", "0-0", 5, 0, 5)).denied
+    assert (await queue.get_state()).rate_limit_hits == 1
+
+
 async def test_a_worker_with_a_different_startup_policy_refuses_to_start(
     client: RedisClient, queue: JobQueue[str]
 ) -> None:
