@@ -223,7 +223,8 @@ class WorkerOptions:
     visibility_timeout:  a delivery idle this long may be recovered by another consumer (the
                          lease renewer keeps running deliveries from going idle)
     recovery_interval:   pause between recovery passes
-    recovery_page_size:  entries per recovery page (each page re-checks admission)
+    recovery_page_size:  most entries one recovery page asks for (fewer when fewer admission
+                         permits are free; each page re-checks admission)
     delivery_limit:      attempts before dead-lettering (None = unlimited)
     dead_letter_stream:  suffix of a dead-letter stream inside the queue's slot (default "dead")
     telemetry_name:      bounded name for metrics and logs, unique per worker
@@ -236,8 +237,10 @@ class WorkerOptions:
                          ``"fail"`` (default: stop with :class:`ConsumerGroupMissing`, never
                          replay acknowledged history), ``"$"`` (recreate it for new entries
                          only) or an entry id to recreate it at
-    recovery_max_pages:  most recovery pages one pass claims (1-1000); the pass then yields to
-                         the reader and the next pass continues from where this one stopped
+    recovery_max_pages:  a recovery pass asks for at most recovery_max_pages *
+                         recovery_page_size entries (1-1000 pages' worth); the pass then yields
+                         to the reader and the next pass, one recovery_interval later, continues
+                         from where this one stopped
     consumer_idle_timeout: the sweeper removes other consumers of the group that have been idle
                          this long and have nothing pending (None: never)
     keep_results:        job workers only: keep each job's outcome (and the handler's encoded

@@ -24,23 +24,29 @@ from .telemetry import log_recovery_pass
 
 async def _pass(rt: QueueRuntime, mode: str, cursor: str) -> tuple[bool, str]:
     """One pass, page by page, from ``cursor``. Returns (complete, cursor to resume from):
-    complete when the cursor came back to 0-0. A recovery pass stops after
-    ``recovery_max_pages`` pages (the next pass resumes where it stopped, after the recovery
-    interval, so fresh jobs get read turns in between) or at a denied page. A denied replay page
-    is retried within the poll interval (jittered; sooner when the rate limit's window reopens):
-    the reader waits for replay, so a queue paused when the worker started must not hold it up
-    for a recovery interval after its resume."""
+    complete when the cursor came back to 0-0. A recovery pass asks for at most
+    ``recovery_page_size * recovery_max_pages`` entries (a page asks for up to
+    ``recovery_page_size``, fewer when fewer permits are free, so a busy or small worker takes
+    more, smaller pages for the same budget) and stops there (the next pass resumes where it
+    stopped, after the recovery interval, so fresh jobs get read turns in between) or at a
+    denied page. A denied replay page is retried within the poll interval (jittered; sooner
+    when the rate limit's window reopens): the reader waits for replay, so a queue paused when
+    the worker started must not hold it up for a recovery interval after its resume."""
     ctx = current_child()
     page_max = rt.options.recovery_page_size
-    pages = claimed = 0
+    budget = page_max * rt.options.recovery_max_pages  # entries one recovery pass may ask for
+    pages = claimed = asked = 0
     poll = duration_ms(rt.options.poll_interval, what="poll_interval") / 1000
     try:
         while not ctx.stop_requested:
-            if mode == "recover" and pages >= rt.options.recovery_max_pages:
-                return False, cursor
+            want = page_max
+            if mode == "recover":
+                if asked >= budget:
+                    return False, cursor
+                want = min(page_max, budget - asked)
             taken = 0  # a stop request may cancel the wait before anything is taken
             with ctx.stop_scope():
-                taken = await rt.admission.take(page_max)
+                taken = await rt.admission.take(want)
             if ctx.stop_requested:
                 rt.admission.release(taken)
                 return False, cursor
@@ -55,6 +61,7 @@ async def _pass(rt: QueueRuntime, mode: str, cursor: str) -> tuple[bool, str]:
                 rt.admission.release(taken)
                 raise
             pages += 1
+            asked += taken
             if result.denied:
                 rt.admission.release(taken)
                 rt.stats.denied_claims += 1
@@ -118,6 +125,9 @@ async def run_sweeper(
             if complete and mode == "replay":
                 mode = "recover"
                 rt.replay_done.set()
+                # the first recovery pass follows replay at once: a crashed worker's jobs that
+                # are already idle past the visibility timeout need not wait an interval more
+                continue
         except (RedisUnavailable, ServerLoading) as exc:  # an outage: the next pass retries
             log.warning("recovery for %s: %s", rt.name, exc)
         except ServerError as exc:

@@ -111,8 +111,59 @@ async def test_each_recovery_pass_reports_what_it_claimed(
         telemetry.removeHandler(handler_)
         telemetry.setLevel(level)
     assert sum(claimed for claimed, _ in passes) == stale
-    assert all(1 <= claimed <= 4 and 1 <= pages <= 2 for claimed, pages in passes), passes
+    # a pass asks for at most 2 x 2 entries, in pages of 2 or, with fewer permits free, of 1
+    assert all(1 <= claimed <= 4 and 1 <= pages <= 4 for claimed, pages in passes), passes
     assert len(passes) >= stale // 4
+
+
+async def test_a_pass_recovers_its_whole_budget_at_once_even_with_few_permits(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """Found by review: a page asked only for the permits free at that moment and a pass
+    stopped after ``recovery_max_pages`` pages, so a worker with 4 handlers recovered 4 x 2
+    entries per interval however idle it was, not the documented 8 x 2; and the first pass came
+    a whole interval after start-up. Now the first pass follows replay at once and asks for its
+    whole budget (16 entries), in as many pages as the free permits allow, then the next pass
+    waits for the interval."""
+    stale = 24
+    await queue.enqueue_many([(f"s{i}", "x") for i in range(stale)])
+    await create_group(client, queue.keys)
+    await deliver(client, queue.keys, "crashed", stale)
+    await anyio.sleep(0.4)  # idle past the visibility timeout below
+    passes: list[tuple[int, int]] = []
+
+    class Passes(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if getattr(record, "event", None) == "recovery-pass":
+                passes.append((getattr(record, "claimed", -1), getattr(record, "pages", -1)))
+
+    async def slow(job: Job[str]) -> Any:
+        await anyio.sleep(0.05)  # holds its permit: pages are limited by free permits
+        return None
+
+    telemetry = logging.getLogger("respire_actors.telemetry")
+    handler_, level = Passes(), telemetry.level
+    telemetry.addHandler(handler_)
+    telemetry.setLevel(logging.INFO)
+    options = fast_options(
+        consumer_count=4,
+        visibility_timeout=LEASE,
+        recovery_page_size=8,
+        recovery_max_pages=2,
+        recovery_interval=timedelta(seconds=60),
+    )
+    try:
+        async with scheduling_worker(
+            client, queue.name, slow, queue_options=sched_options(), options=options
+        ) as worker:
+            stats = worker.statistics(queue.name)
+            await wait_until(lambda: stats.recovered == 16, timeout=15)
+            await anyio.sleep(1.0)
+            assert stats.recovered == 16  # the pass's budget; the rest waits for the next pass
+    finally:
+        telemetry.removeHandler(handler_)
+        telemetry.setLevel(level)
+    assert len(passes) == 1 and passes[0][0] == 16 and passes[0][1] >= 4, passes
 
 
 async def _ack(job: Job[str]) -> Any:
