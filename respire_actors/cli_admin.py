@@ -206,17 +206,29 @@ async def _partitions(client: RedisClient, name: str) -> int | None:
         return None
 
 
+def _whole_partitioned(name: str, count: int) -> CommandFailed:
+    return CommandFailed(
+        f"{name!r} is a partitioned queue of {count} partitions, {name}:p0 .. "
+        f"{name}:p{count - 1}: 'pause' and 'resume' take it whole; the other commands take "
+        f"one partition (e.g. '{name}:p0')"
+    )
+
+
+async def _one_queue(client: RedisClient, admin: QueueAdmin) -> None:
+    """For the reading commands: refuse a partitioned queue's own name (its keys hold nothing:
+    an empty answer would say there is nothing where the partitions hold it)."""
+    count = await _partitions(client, admin.name)
+    if count is not None:
+        raise _whole_partitioned(admin.name, count)
+
+
 async def _known(client: RedisClient, admin: QueueAdmin) -> QueueSummary:
     summary = await admin.summary()
     empty = not (summary.ready or summary.dead_letters or summary.scheduled or summary.paused)
     if empty and admin.name not in await list_queues(client):
         count = await _partitions(client, admin.name)
         if count is not None:
-            raise CommandFailed(
-                f"{admin.name!r} is a partitioned queue of {count} partitions, "
-                f"{admin.name}:p0 .. {admin.name}:p{count - 1}: 'pause' and 'resume' take it "
-                f"whole; the other commands take one partition (e.g. '{admin.name}:p0')"
-            )
+            raise _whole_partitioned(admin.name, count)
         raise CommandFailed(
             f"no job queue named {admin.name!r}: it is not registered and holds nothing "
             "(list the queues with 'python -m respire_actors queues')"
@@ -253,6 +265,7 @@ async def _queue(client: RedisClient, args: argparse.Namespace) -> int:
 
 async def _dead_letters(client: RedisClient, args: argparse.Namespace) -> int:
     admin = _admin(client, args)
+    await _one_queue(client, admin)
     page = await admin.dead_letters(args.before, args.count, reason=args.reason)
     if args.json:
         _print_json(page)
@@ -338,6 +351,8 @@ async def _rate_command(client: RedisClient, args: argparse.Namespace) -> int:
         await _known(client, admin)
         policy = None if args.clear else RateLimit(args.limit, timedelta(seconds=args.window))
         await admin.set_rate_limit(policy)
+    else:
+        await _one_queue(client, admin)
     state = await admin.queue.get_state()
     if args.json:
         _print_json({"queue": admin.name, **to_jsonable(state)})
@@ -360,6 +375,7 @@ EVENT_COLUMNS = ("event id", "kind", "job id", "attempt", "percent", "reason", "
 
 async def _events(client: RedisClient, args: argparse.Namespace) -> int:
     admin = _admin(client, args)
+    await _one_queue(client, admin)
     if not args.follow:
         page = await admin.events(args.before, args.count)
         rows = list(reversed(page.rows))  # oldest first, like a log
@@ -381,6 +397,7 @@ async def _events(client: RedisClient, args: argparse.Namespace) -> int:
 
 async def _logs(client: RedisClient, args: argparse.Namespace) -> int:
     admin = _admin(client, args)
+    await _one_queue(client, admin)
     lines = await admin.queue.get_logs(args.job_id, args.count)
     if args.json:
         _print_json({"queue": admin.name, "job_id": args.job_id, "lines": lines})
@@ -394,6 +411,7 @@ async def _logs(client: RedisClient, args: argparse.Namespace) -> int:
 
 async def _pending(client: RedisClient, args: argparse.Namespace) -> int:
     admin = _admin(client, args)
+    await _one_queue(client, admin)
     page = await admin.pending(args.start, args.count, consumer=args.consumer)
     if args.json:
         _print_json(page)

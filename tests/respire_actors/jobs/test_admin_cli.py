@@ -220,6 +220,33 @@ async def test_a_partitioned_queue_is_paused_whole_and_named_in_errors(
     assert (await cli(server_url, anyio_backend, "queue", f"{unique_name}:p0")).returncode == 0
 
 
+async def test_reading_commands_refuse_a_partitioned_queues_own_name(
+    server_url: str, anyio_backend: str, client: RedisClient, unique_name: str
+) -> None:
+    """Found by review: dead-letters, events, pending, logs and rate (show) given the whole
+    name printed empty tables and exit 0 while a partition held a dead letter and its logs
+    (the name's own keys hold nothing), and ``events --follow`` waited forever."""
+    from respire_actors.jobs import PartitionedJobQueue
+
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=4)
+    await queue.enqueue("j1", "x")
+    for args in (
+        ("dead-letters", unique_name),
+        ("events", unique_name),
+        ("pending", unique_name),
+        ("logs", unique_name, "j1"),
+        ("rate", unique_name),
+    ):
+        refused = await cli(server_url, anyio_backend, *args)
+        assert refused.returncode == 1, (args, refused)
+        assert "partitioned queue of 4 partitions" in refused.stderr, (args, refused.stderr)
+    argv = ("events", unique_name, "--follow", "--redis-url", server_url)
+    followed = await anyio.to_thread.run_sync(
+        lambda: run_cli(*argv, "--backend", anyio_backend, timeout=30)
+    )
+    assert followed.returncode == 1 and "partitioned queue of 4" in followed.stderr
+
+
 async def test_pause_resume_and_rate(
     server_url: str, anyio_backend: str, busy: JobQueue[str]
 ) -> None:
