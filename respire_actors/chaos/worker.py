@@ -26,6 +26,9 @@ what every job does:
 * ``{"hold": 3}`` - sleep that long on the first total attempt only (a long first run);
   with ``"progress": true`` it reports progress every 0.1 s (fenced calls);
 * ``{"record_start": true}`` - append a ``start`` line to the effects ledger first;
+* ``{"gate": "/path", "gate_attempt": 2}`` - on delivery attempts from ``gate_attempt``
+  (default 2) on, wait until the file ``/path`` exists before doing anything else (a recovered
+  delivery that holds its lease while a scenario acts);
 * ``{"result": true}`` - return ``{"pid", "attempt"}`` (kept with ``--keep-results-ms``).
 
 ``RESPIRE_FAULT_POINT`` arms fault points at start-up (see :mod:`respire_actors.faults`).
@@ -142,6 +145,12 @@ async def _behave(spec: dict[str, Any], run: Run, effects: Ledger, common: dict[
         kill_now = kill and run.attempt == int(spec.get("kill_attempt", 1))
     if kill_now and kill == "after-delivery":
         kill_self()
+    if spec.get("gate") and run.attempt >= int(spec.get("gate_attempt", 2)):
+        gate = anyio.Path(str(spec["gate"]))
+        while True:  # another process opens it: polled, there is nothing to wait on
+            if await gate.exists():
+                break
+            await anyio.sleep(0.05)
     if spec.get("stall") and run.attempt <= int(spec.get("stall_attempts", 1)):
         await anyio.sleep(float(spec["stall"]))
     if spec.get("sleep"):

@@ -12,10 +12,15 @@ Two pauses, each with the lease renewer on and with ``--no-renew``:
   progress) when the scenario stops the process. Once resumed, each handler must find its
   lease lost (renewal, a fenced progress call or its fixed lease's end) and be cancelled.
 
-The second worker recovers every job (attempt 2, which succeeds). Verdict: one completed event
-per job; no dead letter, no staged retry, every kept result written by the second worker; the
-stale worker's counters show the rejected transitions (``stale_completions`` + ``leases_lost``
-> 0, so the case cannot pass without the fault).
+The second worker recovers every job (attempt 2, which succeeds). With the renewer on, its
+recovered handlers wait at a gate (a file) until the stale worker has been resumed and has
+stopped: the stale transitions then meet entries that are pending, for the second worker's
+current delivery, which only the fence (consumer and delivery attempt) tells apart from the
+stale worker's own; without the renewer the second worker completes first (its fixed lease
+must not run out while held). Verdict: one completed event per job; no dead letter, no staged
+retry, every kept result written by the second worker, none of the second worker's
+completions refused; the stale worker's counters show the rejected transitions
+(``stale_completions`` + ``leases_lost`` > 0, so the case cannot pass without the fault).
 """
 
 from __future__ import annotations
@@ -47,17 +52,19 @@ PAUSES = ("handler-returned", "handler-running")
 LONG_PAUSE_S = 6.0
 
 
-def _jobs(pause: str, count: int) -> list[tuple[str, dict[str, Any]]]:
+def _jobs(pause: str, count: int, gate: Path | None) -> list[tuple[str, dict[str, Any]]]:
+    """The jobs of a case; with ``gate``, recovered deliveries (attempt 2) wait for that file."""
+    gated: dict[str, Any] = {} if gate is None else {"gate": str(gate), "gate_attempt": 2}
     if pause == "handler-returned":
         jobs: list[tuple[str, dict[str, Any]]]
         # every handler starts before the first one returns (one consumer per job)
-        common = {"sleep": 0.5, "result": True, "record_start": True}
+        common = {"sleep": 0.5, "result": True, "record_start": True, **gated}
         jobs = [(f"ok-{i}", common) for i in range(count)]
         jobs.append(("retry", {**common, "fail": "transient", "times": 1}))
         jobs.append(("dead", {**common, "fail": "permanent", "times": 1}))
         return jobs
     # long enough never to end by itself: only the lost lease may end the first run
-    spec = {"hold": 60.0, "progress": True, "record_start": True, "result": True}
+    spec = {"hold": 60.0, "progress": True, "record_start": True, "result": True, **gated}
     return [(f"held-{i}", spec) for i in range(count)]
 
 
@@ -90,7 +97,9 @@ class PauseFencing:
         effects, producer_path = work / "effects.jsonl", work / "producer.jsonl"
         name = ctx.name(label.replace(":", "-").replace("/", "-"))
         visibility = FIXED_LEASE_MS if pause == "handler-running" and not renew else VISIBILITY_MS
-        jobs = _jobs(pause, 8 if ctx.full else 4)
+        # renewed leases: the second worker can hold its deliveries while the stale one resumes
+        gate = work / "gate" if renew else None
+        jobs = _jobs(pause, 8 if ctx.full else 4, gate)
         args = [
             "--consumers", str(len(jobs)), "--visibility-ms", str(visibility),
             "--recovery-ms", "200",
@@ -128,7 +137,14 @@ class PauseFencing:
                 async def all_completed() -> bool:
                     return set(job_ids) <= set((await read_outcomes(queue)).completed)
 
-                if not await chains.wait_for(all_completed, 30):
+                def fresh_holds_all() -> bool:
+                    assert fresh is not None
+                    return _lines(effects, "start", fresh) >= len(jobs)
+
+                if gate is not None:
+                    if not await chains.wait_for(fresh_holds_all, 30):
+                        violations.append("the second worker did not recover every job in 30 s")
+                elif not await chains.wait_for(all_completed, 30):
                     violations.append("the second worker did not complete every job in 30 s")
                 if pause == "handler-running":
                     # stopped longer than the command timeout, with progress calls in flight:
@@ -136,7 +152,7 @@ class PauseFencing:
                     # rather than time them out (its handlers are then cancelled, not failed)
                     await anyio.sleep(max(0.0, paused_at + LONG_PAUSE_S - time.monotonic()))
                 paused_for = time.monotonic() - paused_at
-                if await chains.stop(fresh) != 0:
+                if gate is None and await chains.stop(fresh) != 0:
                     violations.append(f"the second worker exited with an error: {fresh.tail()}")
                 resumed_at = time.time()
                 stale.signal(signal.SIGCONT)
@@ -150,6 +166,12 @@ class PauseFencing:
                 code = await chains.stop(stale)
                 if code != 0:
                     violations.append(f"the stale worker exited with {code}: {stale.tail()}")
+                if gate is not None:  # the stale worker has sent all it had: let the holders go
+                    gate.touch()
+                    if not await chains.wait_for(all_completed, 30):
+                        violations.append("the second worker did not complete every job in 30 s")
+                    if await chains.stop(fresh) != 0:
+                        violations.append(f"the second worker exited with an error: {fresh.tail()}")
                 outcomes = await read_outcomes(queue, effects)
                 violations += await self._check_state(queue, job_ids, fresh.pid)
         finally:
@@ -161,6 +183,11 @@ class PauseFencing:
         rejected = stats.get("stale_completions", 0) + stats.get("leases_lost", 0)
         if not rejected:
             violations.append("the stale worker reports no rejected transition (vacuous)")
+        if refused := chains.read_stats(fresh_stats).get("stale_completions", 0):
+            violations.append(
+                f"{refused} of the second worker's completions were refused as stale "
+                "(a stale transition took its current delivery)"
+            )
         return reconcile(
             self.name,
             label,
@@ -171,6 +198,7 @@ class PauseFencing:
             violations=violations,
             details={
                 "paused_s": round(paused_for, 2),
+                "resumed_while_recovered_held": gate is not None,
                 "stale_completions": stats.get("stale_completions", 0),
                 "leases_lost": stats.get("leases_lost", 0),
                 "rejected": rejected,

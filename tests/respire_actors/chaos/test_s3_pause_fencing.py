@@ -29,6 +29,10 @@ async def test_fencing_rejects_every_transition_of_a_resumed_worker(
         # 1 s visibility timeout) may precede the stop by up to a third of it, so the second
         # worker may take the jobs over as early as two thirds of a second into the pause
         assert verdict.details["paused_s"] > 2 / 3, verdict
+        # with renewal the stale worker resumed while the second one held the recovered
+        # deliveries (found by review: resumed after everything was acknowledged, the case
+        # passed with a fence that only checked that the entry was pending)
+        assert verdict.details["resumed_while_recovered_held"] == ("/renew" in verdict.case)
         if "handler-returned" in verdict.case:
             # every outcome the paused worker sent (ack, retry, dead letter) was refused as
             # stale; a handler the pause caught before it returned lost its lease instead
