@@ -24,7 +24,7 @@ from ..actors.options import RateLimit, iterate
 from ..codecs import Codec, check_codec
 from ..errors import RespireError, ValidationError
 from ..keys import partition_name, validate_name
-from ..redis.client import RedisClient
+from ..redis.client import Pending, RedisClient, Transaction
 from . import backpressure as _backpressure
 from .backpressure import Backlog
 from .groups import DEFAULT_LEASE, GroupInfo
@@ -181,6 +181,35 @@ class PartitionedJobQueue(Generic[T]):
         sending anything."""
         queue = self.queue_for(job_id, ordering_key)
         return await queue._enqueue(job_id, payload, dedup_window, wait, self.check)
+
+    def enqueue_in(
+        self,
+        tx: Transaction,
+        job_id: str,
+        payload: T,
+        *,
+        ordering_key: str | None = None,
+        dedup_window: timedelta | float | None = None,
+    ) -> Pending[EnqueueResult]:
+        """:meth:`JobQueue.enqueue_in` into the partition of ``ordering_key`` (default the job
+        id): queued in the caller's transaction, read after commit. In a cluster every other
+        key of the transaction must hash to that partition's slot: give it the hash tag
+        ``{respire-job:<partition>}``, the partition being
+        ``queue.queue_for(job_id, ordering_key).name`` (``<name>:p<i>``).
+
+        The partition count must have been checked first (``await queue.check()``, or any
+        enqueue through this object): a transaction cannot wait for it, and a producer with
+        the wrong count would route jobs to partitions the workers do not read. Raises
+        :class:`ValidationError` (nothing queued) otherwise, or for bad arguments."""
+        if tx.client is not self.client:
+            raise ValidationError("the transaction must be created from the queue's own client")
+        queue = self.queue_for(job_id, ordering_key)
+        if not self._checked:
+            raise ValidationError(
+                f"the partition count of {self.name!r} is not checked yet: call "
+                "'await queue.check()' once before a transactional enqueue"
+            )
+        return queue.enqueue_in(tx, job_id, payload, dedup_window=dedup_window)
 
     async def enqueue_many(
         self,

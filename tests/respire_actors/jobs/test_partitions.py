@@ -37,7 +37,7 @@ from respire_actors.jobs.options import CONSUMER_GROUP
 from respire_actors.jobs.partitioned_source import PartitionedSource
 from respire_actors.jobs.source import JobSource
 from respire_actors.keys import JobQueueKeys, partition_name, partitions_key
-from respire_actors.redis.client import RedisClient
+from respire_actors.redis.client import RedisClient, with_settings
 
 pytestmark = pytest.mark.anyio
 
@@ -900,3 +900,48 @@ async def test_a_partition_read_to_its_end_is_not_read_again_before_it_gets_more
     # before the whole chunk landed) or an empty one now and then is tolerated
     assert sum(reads) == len(jobs)
     assert len(reads) <= partitions + 4, reads
+
+
+async def transactional_enqueue_in_its_partition(client: RedisClient, name: str) -> None:
+    """``PartitionedJobQueue.enqueue_in``: the job goes to its routed partition inside the
+    caller's transaction, next to a business key with that partition's hash tag (the same slot
+    on a cluster); refused before anything is queued while the partition count is unchecked
+    (found by review: the only route was ``queue_for(...).enqueue_in``, which never checked
+    the count)."""
+    queue = PartitionedJobQueue(client, name, StrCodec(), partitions=8)
+    target = queue.queue_for("order-1", "customer-7")
+    row = f"{client.key_prefix}orders:{{respire-job:{target.name}}}:1"
+    async with client.transaction() as tx:
+        with pytest.raises(ValidationError, match=r"queue\.check"):
+            queue.enqueue_in(tx, "order-1", "x", ordering_key="customer-7")
+        with pytest.raises(ValidationError, match="own client"):
+            other = PartitionedJobQueue(
+                with_settings(client, key_prefix="other:"), name, StrCodec(), partitions=8
+            )
+            other.enqueue_in(tx, "order-1", "x")
+    assert await client.execute("EXISTS", partitions_key(name, client.key_prefix)) == 0
+    await queue.check()
+    async with client.transaction() as tx:
+        saved = tx.queue("SET", row, "paid")
+        pending = queue.enqueue_in(tx, "order-1", "x", ordering_key="customer-7")
+        assert await tx.commit()
+    saved.result()
+    first = pending.result()
+    assert first.enqueued
+    assert await client.execute("GET", row) == b"paid"
+    backlog = await queue.backlog()
+    assert [p.backlog for p in backlog.partitions] == [
+        1 if p == partition_of("customer-7", 8) else 0 for p in range(8)
+    ]
+    async with client.transaction() as tx:
+        again = queue.enqueue_in(tx, "order-1", "x", ordering_key="customer-7")
+        assert await tx.commit()
+    # routed the same way, found in its partition
+    assert not again.result().enqueued and again.result().entry_id == first.entry_id
+    await client.execute("DEL", row)
+
+
+async def test_a_transactional_enqueue_goes_to_its_partition(
+    client: RedisClient, unique_name: str
+) -> None:
+    await transactional_enqueue_in_its_partition(client, unique_name)

@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 from helpers.servers import Cluster, key_slot
 from jobs_helpers import fast_options, running_worker, wait_until
+from test_partitions import transactional_enqueue_in_its_partition
 
 from respire_actors import ACK, NACK, Job, PartitionedJobQueue, StrCodec
 from respire_actors.redis.client import RedisClient
@@ -73,3 +74,9 @@ async def test_one_registration_drains_and_recovers_a_cluster_queue(
         await wait_until(lambda: stats.acked == 220, timeout=30)
     assert all(done[f"flaky{i}"] == 2 for i in range(20))
     assert stats.recovered >= 20
+
+
+async def test_a_transactional_enqueue_goes_to_its_partition_on_a_cluster(
+    cluster_client: RedisClient, unique_name: str
+) -> None:
+    await transactional_enqueue_in_its_partition(cluster_client, unique_name)
