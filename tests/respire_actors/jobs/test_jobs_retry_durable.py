@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+import anyio
 import pytest
 from jobs_helpers import (
     create_group,
@@ -380,3 +381,32 @@ async def test_a_retry_due_before_the_next_poll_is_promoted_when_due(
         await wait_until(lambda: len(seen) == 4, timeout=10)
         assert worker.statistics(queue.name).retried == 2
     assert sorted(seen) == [("backoff", 1), ("backoff", 2), ("now", 1), ("now", 2)]
+
+
+async def test_after_a_full_batch_a_retry_does_not_cut_the_promoters_wait(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """The other half of the rule above (docs/scheduling.md): after a pass that promoted a
+    full batch the whole poll interval stands, so a due backlog reaches the ready stream at
+    most one batch per interval even while this worker's own retries are committed (a
+    mutation review found no test failing when every staged retry woke the promoter)."""
+    from respire_actors.jobs import JobEnqueueOptions
+
+    for job_id in ("a", "b", "c", "d"):
+        await queue.enqueue_scheduled(job_id, "x", JobEnqueueOptions(delay=0.05))
+    await anyio.sleep(0.2)  # all four due: the first pass promotes a full batch of two
+    seen: list[tuple[str, int]] = []
+
+    async def handler(job: Job[str]) -> Any:
+        seen.append((job.id, job.total_attempts))
+        if job.total_attempts == 1 and job.id == "a":
+            return job.retry_after(0)  # staged, due at once: it must not wake the promoter
+        return None
+
+    qo = QueueOptions(scheduling_poll_interval=3, scheduling_batch_size=2, retry_jitter=0)
+    async with scheduling_worker(client, queue.name, handler, queue_options=qo):
+        await wait_until(lambda: len(seen) == 2, timeout=10)
+        await anyio.sleep(1.5)  # well inside the 3 s wait after the full batch
+        assert sorted(seen) == [("a", 1), ("b", 1)], seen
+        await wait_until(lambda: len(seen) == 5, timeout=15)
+    assert sorted(seen) == [("a", 1), ("a", 2), ("b", 1), ("c", 1), ("d", 1)]
