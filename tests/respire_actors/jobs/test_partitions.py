@@ -945,3 +945,31 @@ async def test_a_transactional_enqueue_goes_to_its_partition(
     client: RedisClient, unique_name: str
 ) -> None:
     await transactional_enqueue_in_its_partition(client, unique_name)
+
+
+async def test_reads_stay_on_a_busy_partition_for_a_few_full_reads(
+    client: RedisClient, unique_name: str
+) -> None:
+    """Round-robin with a small quantum (jobs/partitioned_source.py): a partition whose read
+    came back full stays first for up to STICKY_READS reads, so the jobs in flight come from
+    few partitions and their completions commit in few calls; then the next partition with
+    work gets its turn (a mutation review found no test failing when every read moved on)."""
+    from respire_actors.jobs.partitioned_source import STICKY_READS
+
+    queue = PartitionedJobQueue(client, unique_name, StrCodec(), partitions=3)
+    await queue.check()
+    for p in (0, 1):
+        await queue.partition(p).enqueue_many([(f"p{p}-{i}", "x") for i in range(20)])
+    parts = [
+        JobSource(client, queue.partition(i).keys, queue.partition(i).keys.dead, CONSUMER_GROUP)
+        for i in range(3)
+    ]
+    source = PartitionedSource(client, unique_name, parts, CONSUMER_GROUP)
+    await source.ensure_group("fail")
+    origins = []
+    for _ in range(3 * STICKY_READS):
+        result = await source.read("c1", 1)
+        (delivery,) = result.deliveries
+        origins.append(delivery.origin)
+    # partition 2 is empty: its turn is skipped
+    assert origins == [0] * STICKY_READS + [1] * STICKY_READS + [0] * STICKY_READS, origins
