@@ -345,3 +345,33 @@ def test_a_script_stopped_at_a_non_local_key_may_have_written() -> None:
     assert isinstance(nonlocal_key, ClusterReconfiguring) and nonlocal_key.ran is None
     tryagain = _map_reply("TRYAGAIN Multiple keys request during rehashing of slot")
     assert isinstance(tryagain, ClusterReconfiguring) and tryagain.ran is False
+
+
+async def test_a_tcp_connect_that_hangs_is_unavailable_and_certainly_did_not_run() -> None:
+    """A listener whose accept queue is full drops new SYNs, so the TCP connect itself hangs
+    (no handshake reached): after ``connect_timeout`` the error is RedisUnavailable with
+    ``ran=False``, nothing having been sent (a mutation review found no test for this path)."""
+    import socket
+
+    listener = socket.socket()
+    fillers: list[socket.socket] = []
+    try:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(0)  # never accepted: one queued connection fills it
+        port = listener.getsockname()[1]
+        for _ in range(4):
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", port))  # in progress, or queued
+            fillers.append(filler)
+        await anyio.sleep(0.2)
+        started = time.monotonic()
+        with pytest.raises(RedisUnavailable) as caught:
+            async with connect(f"redis://127.0.0.1:{port}", connect_timeout=0.5) as client:
+                await client.execute("PING")
+        assert caught.value.ran is False
+        assert "timed out after 0.5 s" in str(caught.value)
+        assert time.monotonic() - started < 5
+    finally:
+        for s in [*fillers, listener]:
+            s.close()
