@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 from test_job_scripts import (
     CLAIM,
@@ -25,6 +26,18 @@ from respire_actors.redis.client import RedisClient
 from respire_actors.redis.scripts import load
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+async def _clear_of_a_minute_boundary(client: RedisClient) -> None:
+    """These tests record outcomes, then compare with the server's current minute: one that
+    starts in a minute's last seconds waits for the next one, so the minute cannot turn
+    between the writes and the comparison (a loaded CI run saw it turn and failed)."""
+    sec, usec = await client.execute("TIME")
+    into = int(sec) % 60 + int(usec) / 1_000_000
+    if into > 50:
+        await anyio.sleep(60.05 - into)
+
 
 COMPLETE = load("job_complete")
 FINISH = load("job_finish")
