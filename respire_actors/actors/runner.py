@@ -204,7 +204,8 @@ async def _run_and_settle(
                 # it waits, under its lease (renewed), for the handlers beside it to end, and
                 # nothing else is admitted until it ends; its budget starts after the wait
                 log.warning(
-                    "%r of %s is on its delivery %d, the earlier ones ended with no outcome: "
+                    "%r of %s is on its delivery %d, the earlier ones ended without a durable "
+                    "outcome (a crash, a lost lease, an exception or NACK left for recovery): "
                     "it runs alone, in case it is what crashed its workers",
                     label,
                     rt.name,
