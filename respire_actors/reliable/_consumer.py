@@ -395,10 +395,14 @@ class Consumer(Generic[T]):
         buffered plus those yielded and not yet completed through *this* instance (``ack`` /
         ``nack``); a yielded message also stops counting once its visibility has elapsed. When
         the queue is empty it sleeps ``poll_interval``, doubling up to ``max_poll_interval``,
-        and resets after a non-empty batch. Raises :class:`ValidationError` (nothing sent) for a
-        visibility under 10 ms, ``max_leased < batch_size`` or
-        ``max_poll_interval < poll_interval``. Use ``async with`` (or call ``aclose()``) to hand
-        buffered, not yet yielded messages back at once (NACK with no delay).
+        and resets after a non-empty batch. A buffered message is yielded only while at least
+        a tenth of the visibility timeout (at most 1 s) surely remains of its lease; one with
+        less is handed back unseen (its delivery not counted) and received again.
+
+        Raises :class:`ValidationError` (nothing sent) for a visibility under 10 ms,
+        ``max_leased < batch_size`` or ``max_poll_interval < poll_interval``. Use
+        ``async with`` (or call ``aclose()``) to hand buffered, not yet yielded messages back
+        at once (NACK with no delay).
 
         If the iteration is cancelled, messages buffered but not yielded stay leased until
         their visibility timeout (unless ``aclose`` runs). A receive cancelled in flight may

@@ -13,6 +13,11 @@ from ._types import Message
 
 T = TypeVar("T")
 
+MIN_LEASE_LEFT = 0.1
+"""A buffered message is yielded only while at least this fraction of its visibility timeout
+(at most :data:`MIN_LEASE_LEFT_CAP_S`) surely remains; with less, it is handed back unseen."""
+MIN_LEASE_LEFT_CAP_S = 1.0
+
 
 class LeaseSource(Protocol[T]):
     """What the iterator needs from a queue or subscription (a ``Consumer``): leased receives
@@ -79,12 +84,26 @@ class MessageIterator(Generic[T]):
             if self._closed:
                 raise StopAsyncIteration
             now = anyio.current_time()
+            margin = min(self._visibility_ms / 1000 * MIN_LEASE_LEFT, MIN_LEASE_LEFT_CAP_S)
+            short: list[Message[T]] = []
+            found: Message[T] | None = None
             while self._buffer:
                 message = self._buffer.popleft()
-                if self._valid.pop(message.receipt, 0.0) > now:
-                    return message
-                # its lease may have run out while buffered: the server redelivers it once it
-                # has; don't hand it out (it counts toward max_leased until surely expired)
+                valid = self._valid.pop(message.receipt, 0.0)
+                if valid - now >= margin:
+                    found = message
+                    break
+                if valid > now:
+                    # too little of its lease is left for the application to finish with it:
+                    # hand it back unseen (due at once, the delivery not counted)
+                    short.append(message)
+                # else its lease may have run out while buffered: the server redelivers it
+                # once it has; don't hand it out (it counts toward max_leased until surely
+                # expired)
+            if short:
+                await self._hand_back(short)
+            if found is not None:
+                return found
             self._forget_expired()
             room = self._max_leased - len(self._held)
             if room <= 0:
@@ -109,6 +128,14 @@ class MessageIterator(Generic[T]):
             else:
                 await anyio.sleep(self._interval)
                 self._interval = min(self._interval * 2, self._max_poll_interval)
+
+    async def _hand_back(self, messages: list[Message[T]]) -> None:
+        """Release buffered messages the application never saw (see :meth:`aclose`)."""
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._consumer._release_unseen(messages)
+            except Exception:  # best effort: the leases expire on their own
+                self._release(m.receipt for m in messages)
 
     async def _wait_for_room(self) -> None:
         earliest = min(self._held.values())
@@ -146,11 +173,7 @@ class MessageIterator(Generic[T]):
         self._valid.clear()
         if not pending:
             return
-        with anyio.CancelScope(shield=True):
-            try:
-                await self._consumer._release_unseen(pending)
-            except Exception:  # best effort: the leases expire on their own
-                self._release(m.receipt for m in pending)
+        await self._hand_back(pending)
 
     async def __aenter__(self) -> MessageIterator[T]:
         return self

@@ -164,3 +164,25 @@ async def test_a_buffered_message_is_not_handed_out_once_its_lease_may_have_ende
     with anyio.fail_after(5):
         second = await messages.__anext__()
     assert second.delivery_count == 2  # a fresh lease (redelivered), never "b"'s stale one
+
+
+async def test_a_buffered_message_with_too_little_lease_left_is_handed_back_unseen(
+    client: RedisClient, queue: ReliableQueue[str]
+) -> None:
+    """Found by review: a buffered message was yielded while any of its lease was left, however
+    little, so the application could get one whose lease ended before it could finish. With
+    less than a tenth of the visibility timeout (at most 1 s) left it is handed back unseen
+    (its delivery not counted) and received again with a fresh lease."""
+    await queue.send_many(["a", "b", "c"])
+    messages = queue.iter_messages(4, batch_size=3, max_leased=10, poll_interval=0.01)
+    async with messages:
+        first = await messages.__anext__()
+        assert (first.payload, first.delivery_count) == ("a", 1)
+        await anyio.sleep(3.75)  # "b" and "c": about 0.25 s of their 4 s lease left (< 0.4 s)
+        with anyio.fail_after(5):
+            second = await messages.__anext__()
+        sec, usec = await client.execute("TIME")
+        now_ms = int(sec) * 1000 + int(usec) // 1000
+        assert second.payload == "b"
+        assert second.delivery_count == 1  # handed back unseen: not counted
+        assert second.lease_deadline_ms - now_ms > 3_000  # a fresh lease
