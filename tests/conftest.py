@@ -168,6 +168,16 @@ def cluster_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         cluster.stop()
 
 
+@pytest.fixture
+def small_cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """A fresh 2-master cluster of this test's own, which it may reshape (migrate slots)."""
+    cluster = start_cluster(tmp_path, masters=2)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture(scope="session")
 def cluster_url(cluster_nodes: Cluster) -> str:
     return cluster_nodes.url

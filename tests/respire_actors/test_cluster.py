@@ -5,13 +5,11 @@ from __future__ import annotations
 import hashlib
 import os
 import signal
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from helpers.servers import Cluster, key_slot, start_cluster
+from helpers.servers import Cluster, key_slot
 from helpers.waiting import wait_until
 
 from respire_actors.chaos.cluster import replication_lag
@@ -250,16 +248,6 @@ def test_key_indices(command: tuple[str, ...], keys: list[str]) -> None:
 
 # ------------------------------------------------------------------------------------------
 # live slot migration (MOVED and ASK) under concurrent traffic
-
-
-@pytest.fixture
-def small_cluster(tmp_path: Path) -> Iterator[Cluster]:
-    """A fresh 2-master cluster this test may reshape."""
-    cluster = start_cluster(tmp_path, masters=2)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.mark.anyio

@@ -5,11 +5,8 @@ Added after a mutation review: no test failed with these guarantees broken.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-from helpers.servers import Cluster, start_cluster
+from helpers.servers import Cluster
 from helpers.servers import key_slot as reference_slot
 
 from respire_actors.redis._protocol import key_slot
@@ -18,15 +15,6 @@ from respire_actors.redis.client import RedisClient, connect
 
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-@pytest.fixture
-def small_cluster(tmp_path: Path) -> Iterator[Cluster]:
-    cluster = start_cluster(tmp_path, masters=2)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
 
 
 @pytest.mark.anyio

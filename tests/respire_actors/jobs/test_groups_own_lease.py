@@ -28,9 +28,13 @@ from respire_actors.redis.client import RedisClient
 pytestmark = pytest.mark.anyio
 
 
-async def test_replay_of_an_entry_holding_the_groups_only_permit(
-    client: RedisClient, unique_name: str
+@pytest.mark.parametrize("mode", ["replay", "recover"])
+async def test_an_entry_holding_its_groups_only_permit_is_claimed_again(
+    client: RedisClient, unique_name: str, mode: str
 ) -> None:
+    """Replay (the same consumer restarted) or recovery (another consumer) of the delivery
+    that holds the group's only permit: its own lease does not block it, and the new attempt's
+    lease replaces the old one."""
     queue = JobQueue(client, unique_name, StrCodec())
     await queue.set_group_options("a", max_concurrency=1, lease_duration=timedelta(minutes=5))
     await queue.enqueue_scheduled("j1", "p", JobEnqueueOptions(group="a"))
@@ -39,24 +43,7 @@ async def test_replay_of_an_entry_holding_the_groups_only_permit(
     await src.ensure_group("fail")
     (first,) = (await src.read("c1", 1, 0)).deliveries
     assert (await queue.get_group("a")).running == 1  # its lease is live for 5 minutes
-    # the same consumer restarts and replays its own pending entries
-    replay = await src.claim("c1", "replay", "0-0", 10, 0, 0)
-    assert [d.entry_id for d in replay.deliveries] == [first.entry_id]
-    assert replay.deliveries[0].attempt == 2
-    # the new attempt replaced the old lease: still one permit in use
-    assert (await queue.get_group("a")).running == 1
-
-
-async def test_recovery_of_an_entry_holding_the_groups_only_permit(
-    client: RedisClient, unique_name: str
-) -> None:
-    queue = JobQueue(client, unique_name, StrCodec())
-    await queue.set_group_options("a", max_concurrency=1, lease_duration=timedelta(minutes=5))
-    await queue.enqueue_scheduled("j1", "p", JobEnqueueOptions(group="a"))
-    keys = JobQueueKeys(unique_name, client.key_prefix)
-    src = JobSource(client, keys, keys.dead, CONSUMER_GROUP, selection_batch=64)
-    await src.ensure_group("fail")
-    (first,) = (await src.read("crashed", 1, 0)).deliveries
-    page = await src.claim("c2", "recover", "0-0", 10, 0, 0)  # visibility timeout 0: idle
-    assert [d.entry_id for d in page.deliveries] == [first.entry_id]
-    assert (await queue.get_group("a")).running == 1
+    consumer = "c1" if mode == "replay" else "c2"  # visibility timeout 0: already idle
+    page = await src.claim(consumer, mode, "0-0", 10, 0, 0)
+    assert [(d.entry_id, d.attempt) for d in page.deliveries] == [(first.entry_id, 2)]
+    assert (await queue.get_group("a")).running == 1  # still one permit in use

@@ -6,6 +6,8 @@ item 11 are in ``test_jobs_rate_processes.py``."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -22,6 +24,33 @@ from respire_actors.redis.client import RedisClient
 pytestmark = pytest.mark.anyio
 
 LEASE = timedelta(milliseconds=300)
+
+
+@contextmanager
+def recovery_passes() -> Iterator[list[tuple[int, int]]]:
+    """Collect (claimed, pages) of every ``recovery-pass`` telemetry record meanwhile; every
+    record must also format with the documented fields (found by review: this one lacked the
+    job fields every record is documented to carry, so a format string naming them failed)."""
+    passes: list[tuple[int, int]] = []
+    documented = logging.Formatter(
+        "%(event)s %(queue)s %(job_id)s %(entry_id)s %(attempt)s %(trace_id)s"
+    )
+
+    class Passes(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            documented.format(record)  # raises if a documented field is missing
+            if getattr(record, "event", None) == "recovery-pass":
+                passes.append((getattr(record, "claimed", -1), getattr(record, "pages", -1)))
+
+    telemetry = logging.getLogger("respire_actors.telemetry")
+    handler, level = Passes(), telemetry.level
+    telemetry.addHandler(handler)
+    telemetry.setLevel(logging.INFO)
+    try:
+        yield passes
+    finally:
+        telemetry.removeHandler(handler)
+        telemetry.setLevel(level)
 
 
 def test_recovery_max_pages_is_validated() -> None:
@@ -78,38 +107,18 @@ async def test_each_recovery_pass_reports_what_it_claimed(
     await create_group(client, queue.keys)
     await deliver(client, queue.keys, "crashed", stale)
     await anyio.sleep(0.4)
-    passes: list[tuple[int, int]] = []
-    # found by review: this record lacked the job fields every record is documented to carry,
-    # so a format string naming them failed on it
-    documented = logging.Formatter(
-        "%(event)s %(queue)s %(job_id)s %(entry_id)s %(attempt)s %(trace_id)s"
-    )
-
-    class Passes(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            documented.format(record)  # raises if a documented field is missing
-            if getattr(record, "event", None) == "recovery-pass":
-                passes.append((getattr(record, "claimed", -1), getattr(record, "pages", -1)))
-
-    telemetry = logging.getLogger("respire_actors.telemetry")
-    handler_, level = Passes(), telemetry.level
-    telemetry.addHandler(handler_)
-    telemetry.setLevel(logging.INFO)
     options = fast_options(
         visibility_timeout=LEASE,
         recovery_page_size=2,
         recovery_max_pages=2,
         recovery_interval=timedelta(milliseconds=100),
     )
-    try:
+    with recovery_passes() as passes:
         async with scheduling_worker(
             client, queue.name, _ack, queue_options=sched_options(), options=options
         ) as worker:
             stats = worker.statistics(queue.name)
             await wait_until(lambda: stats.recovered == stale, timeout=20)
-    finally:
-        telemetry.removeHandler(handler_)
-        telemetry.setLevel(level)
     assert sum(claimed for claimed, _ in passes) == stale
     # a pass asks for at most 2 x 2 entries, in pages of 2 or, with fewer permits free, of 1
     assert all(1 <= claimed <= 4 and 1 <= pages <= 4 for claimed, pages in passes), passes
@@ -130,21 +139,11 @@ async def test_a_pass_recovers_its_whole_budget_at_once_even_with_few_permits(
     await create_group(client, queue.keys)
     await deliver(client, queue.keys, "crashed", stale)
     await anyio.sleep(0.4)  # idle past the visibility timeout below
-    passes: list[tuple[int, int]] = []
-
-    class Passes(logging.Handler):
-        def emit(self, record: logging.LogRecord) -> None:
-            if getattr(record, "event", None) == "recovery-pass":
-                passes.append((getattr(record, "claimed", -1), getattr(record, "pages", -1)))
 
     async def slow(job: Job[str]) -> Any:
         await anyio.sleep(0.05)  # holds its permit: pages are limited by free permits
         return None
 
-    telemetry = logging.getLogger("respire_actors.telemetry")
-    handler_, level = Passes(), telemetry.level
-    telemetry.addHandler(handler_)
-    telemetry.setLevel(logging.INFO)
     options = fast_options(
         consumer_count=4,
         visibility_timeout=LEASE,
@@ -152,7 +151,7 @@ async def test_a_pass_recovers_its_whole_budget_at_once_even_with_few_permits(
         recovery_max_pages=2,
         recovery_interval=timedelta(seconds=60),
     )
-    try:
+    with recovery_passes() as passes:
         async with scheduling_worker(
             client, queue.name, slow, queue_options=sched_options(), options=options
         ) as worker:
@@ -160,9 +159,6 @@ async def test_a_pass_recovers_its_whole_budget_at_once_even_with_few_permits(
             await wait_until(lambda: stats.recovered == 16, timeout=15)
             await anyio.sleep(1.0)
             assert stats.recovered == 16  # the pass's budget; the rest waits for the next pass
-    finally:
-        telemetry.removeHandler(handler_)
-        telemetry.setLevel(level)
     assert len(passes) == 1 and passes[0][0] == 16 and passes[0][1] >= 4, passes
 
 
