@@ -1,4 +1,7 @@
-"""Creating a subscription clears metadata left behind by an earlier one of that name.
+"""A subscription's lifecycle: re-creating one clears what an earlier one of that name left
+behind; removing one keeps its dead letters unless asked.
+
+Creating a subscription clears metadata left behind by an earlier one of that name.
 
 docs/topics.md (script table): "`topic_subscribe-3` ... create the group at `0` or `$` unless
 it exists; clear stale metadata", and "Re-creating the name starts afresh." Metadata outlives
@@ -38,3 +41,24 @@ async def test_a_recreated_subscription_starts_without_old_leases(
     assert await client.execute("EXISTS", deadlines, receipts) == 0
     # the old receipt does not complete anything in the new subscription
     assert await topic.subscription("s").ack(leased) is False
+
+
+async def test_dead_letters_outlive_the_subscription_by_default(
+    client: RedisClient, unique_name: str
+) -> None:
+    """remove_subscription keeps the subscription's dead letters unless asked to delete them.
+
+    docs/topics.md: "`await topic.remove_subscription(name, delete_dead_letters=False)` destroys it
+    ... Its dead letters are kept unless you ask otherwise." topic_unsubscribe-4.lua: "destroy the
+    group and its metadata (optionally the dead letters)". No test removes a subscription that has
+    dead letters, so a script that always deletes them passes the suite."""
+    topic = ReliableTopic(client, unique_name, StrCodec())
+    await topic.create_subscription("s", start="tail")
+    dead = topic.subscription("s").dead_letter_stream_key
+    await client.execute("XADD", dead, "*", "f", "v")  # a dead letter of subscription s
+    assert await topic.remove_subscription("s") is True
+    assert await client.execute("XLEN", dead) == 1  # kept
+    # asked explicitly: deleted
+    await topic.create_subscription("s", start="tail")
+    assert await topic.remove_subscription("s", delete_dead_letters=True) is True
+    assert await client.execute("EXISTS", dead) == 0
