@@ -201,6 +201,43 @@ async def test_without_retention_a_completed_job_has_no_value(
     assert await client.execute("EXISTS", queue.keys.result("j")) == 0
 
 
+async def test_a_waiter_is_not_ended_by_the_jobs_progress_or_its_failed_attempts(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """Only a terminal event (completed, dead-letter, cancelled) ends a result waiter: the
+    job's progress events and its failed first attempt come first and are passed over (a
+    mutation review found no test failing when any event of the job ended the wait)."""
+    got: list[BaseException] = []
+    finished = anyio.Event()
+
+    async def wait() -> None:
+        try:
+            await queue.result("j", timeout=20)
+        except JobResultUnavailable as exc:
+            got.append(exc)
+        finished.set()
+
+    async def handler(job: Job[str]) -> Any:
+        await job.report_progress(50)
+        if job.attempt == 1:
+            return NACK  # left for recovery: an attempt that ends without an outcome
+        await anyio.sleep(0.3)
+        return "v"
+
+    options = fast_options(visibility_timeout=timedelta(milliseconds=300))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait)
+        await anyio.sleep(0.2)
+        await queue.enqueue("j", "x")
+        async with running_worker(client, queue.name, handler, options=options) as worker:
+            with anyio.fail_after(20):
+                await finished.wait()
+            assert worker.statistics(queue.name).acked == 1  # ended by the completion only
+    assert len(got) == 1 and got[0].problem == "not-retained", got
+    kinds = [e.kind for e in await all_events(client, queue.keys) if e.job_id == "j"]
+    assert kinds.count("progress") == 2 and kinds[-1] == "completed", kinds
+
+
 async def test_result_times_out_with_a_typed_error(
     client: RedisClient, queue: JobQueue[str]
 ) -> None:
