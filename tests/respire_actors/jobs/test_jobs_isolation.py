@@ -10,6 +10,7 @@ import anyio
 import pytest
 from jobs_helpers import create_group, deliver, fast_options, pending_count, wait_until
 
+from respire_actors.actors.isolation import suspect_from
 from respire_actors.codecs import StrCodec
 from respire_actors.jobs import ACK, Job, JobQueue, Outcome, QueueOptions, RateLimit, Worker
 from respire_actors.jobs.options import CONSUMER_GROUP
@@ -112,3 +113,51 @@ async def test_a_suspect_waiting_for_its_turn_is_not_started_by_a_stopping_worke
     assert started == ["long"]
     assert stats.isolated == 0
     assert await pending_count(client, queue.keys) == 1  # left for recovery
+
+
+def test_a_limit_of_three_isolates_before_the_last_attempt() -> None:
+    """With a delivery limit of 3 or less a delivery is a suspect from its second delivery
+    (found untested by a mutation review)."""
+    assert [suspect_from(n) for n in (2, 3, 4, 10, 0)] == [2, 2, 3, 3, 3]
+
+
+async def test_a_suspects_budget_starts_after_its_wait_to_run_alone(
+    client: RedisClient, queue: JobQueue[str]
+) -> None:
+    """actors/isolation.py: the wait to run alone happens under the delivery's lease and
+    before its execution budget starts (found untested by a mutation review)."""
+    await make_suspects(client, queue, ["suspect"])
+    await queue.enqueue("long", "x")  # read at once by the worker; the suspect waits for it
+    done: list[str] = []
+    long_started = anyio.Event()
+
+    async def handler(job: Job[str]) -> Outcome:
+        if job.id == "long":
+            long_started.set()
+            await anyio.sleep(1.5)  # the suspect waits for it to end
+        else:
+            await anyio.sleep(1.0)  # well within its 2 s budget, counted from its start
+        done.append(job.id)
+        return ACK
+
+    worker = Worker()
+    worker.register(
+        queue.name,
+        handler,
+        StrCodec(),
+        fast_options(
+            consumer_count=2,
+            timeout=timedelta(seconds=2),
+            visibility_timeout=timedelta(milliseconds=300),
+            recovery_interval=timedelta(milliseconds=20),
+            poll_interval=timedelta(milliseconds=50),
+        ),
+    )
+    async with anyio.create_task_group() as tg:
+        await tg.start(worker.run, client)
+        stats = worker.statistics(queue.name)
+        await wait_until(lambda: len(done) == 2 or stats.timed_out > 0, timeout=20)
+        await worker.stop()
+    assert long_started.is_set()
+    assert stats.isolated == 1
+    assert stats.timed_out == 0 and sorted(done) == ["long", "suspect"], (stats.timed_out, done)
